@@ -1,0 +1,33 @@
+"""fedlns-core: screen federated client models by their normalization-layer parameter changes.
+
+The framework-agnostic core of FedLNS works on dicts of named numpy arrays. It never imports torch,
+Flower, FedML or transformers; the adapters in ``fedlns_torch``, ``fedlns_flower`` and ``fedlns_fedml``
+translate those frameworks' objects.
+"""
+
+from ._aggregate import AggregationRule, weighted_average
+from ._bank import HistoryBank
+from ._mixture import MixtureDecision, bic_gmm_retain
+from ._robust import deviation_scores, median_mad, standardize
+from ._screening import FedLNS, ScreeningResult
+from ._signature import NormSelector, extract_signature
+from ._types import ClientId, ParamDict
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AggregationRule",
+    "ClientId",
+    "FedLNS",
+    "HistoryBank",
+    "MixtureDecision",
+    "NormSelector",
+    "ParamDict",
+    "ScreeningResult",
+    "bic_gmm_retain",
+    "deviation_scores",
+    "extract_signature",
+    "median_mad",
+    "standardize",
+    "weighted_average",
+]

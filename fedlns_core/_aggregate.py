@@ -1,0 +1,114 @@
+"""Sample-weighted aggregation of client updates (eqs. weight, aggregation)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ._types import ClientId, ParamDict, check_client_id, check_global_params
+
+#: ``rule(updates, num_examples) -> update``: combine retained updates into one update.
+AggregationRule = Callable[[Mapping[ClientId, ParamDict], Mapping[ClientId, float]], ParamDict]
+
+
+def normalized_weights(weights: Mapping[ClientId, float]) -> dict[ClientId, float]:
+    """``alpha_i = n_i / sum_j n_j`` (eq. ``weight``); ``ValueError`` for a bad weight."""
+    checked = {}
+    for client_id, weight in weights.items():
+        client_id = check_client_id(client_id)
+        if isinstance(weight, (bool, np.bool_)) or not isinstance(weight, numbers.Real) \
+                or not np.isfinite(weight) or weight <= 0:
+            raise ValueError(f"client {client_id!r}: weight must be a positive finite number, got {weight!r}")
+        checked[client_id] = float(weight)
+    if not checked:
+        raise ValueError("weights is empty: nothing to average")
+    total = sum(checked.values())
+    return {client_id: weight / total for client_id, weight in checked.items()}
+
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    # float32 and wider keep their precision; halves and integers are combined in float32 at least.
+    return np.result_type(dtype, np.float32) if np.issubdtype(dtype, np.inexact) else np.dtype(np.float64)
+
+
+def _cast_like(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    if np.issubdtype(reference.dtype, np.inexact):
+        return values.astype(reference.dtype, copy=False)
+    if reference.dtype == np.bool_:
+        return values >= 0.5
+    return np.rint(values).astype(reference.dtype)
+
+
+def weighted_average(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
+                     weights: Mapping[ClientId, float]) -> dict[str, np.ndarray]:
+    """``w + sum_i alpha_i (w_i - w)`` with ``alpha`` the normalised ``weights`` (eq. ``aggregation``).
+
+    Parameters
+    ----------
+    global_params : mapping of str to ndarray
+        The global model ``w_t``.
+    client_params : mapping of client id to (mapping of str to ndarray)
+        Returned local models; only the ids in ``weights`` are used.
+    weights : mapping of client id to float
+        Positive weights, e.g. example counts ``n_i``; normalised to sum to one.
+
+    Returns
+    -------
+    dict of str to ndarray
+        New arrays; each has the dtype of the global parameter (integers are rounded).
+
+    Examples
+    --------
+    >>> g = {"w": np.zeros(2)}
+    >>> clients = {"a": {"w": np.array([1.0, 2.0])}, "b": {"w": np.array([4.0, 8.0])}}
+    >>> weighted_average(g, clients, {"a": 2, "b": 1})
+    {'w': array([2., 4.])}
+    """
+    global_params = check_global_params(global_params)
+    alphas = normalized_weights(weights)
+    for client_id in alphas:
+        if client_id not in client_params:
+            raise ValueError(f"client {client_id!r} has a weight but no parameters")
+        missing = [key for key in global_params if key not in client_params[client_id]]
+        if missing:
+            raise ValueError(f"client {client_id!r}: missing key {missing[0]!r}")
+    out = {}
+    for key, reference in global_params.items():
+        dtype = _compute_dtype(reference.dtype)
+        total = np.zeros(reference.shape, dtype=dtype)
+        scratch = np.empty(reference.shape, dtype=dtype)
+        for client_id, alpha in alphas.items():
+            local = np.asarray(client_params[client_id][key])
+            if local.shape != reference.shape:
+                raise ValueError(f"client {client_id!r}: key {key!r} has shape {local.shape}, "
+                                 f"expected {reference.shape}")
+            np.subtract(local, reference, out=scratch, dtype=dtype, casting="unsafe")
+            scratch *= alpha
+            total += scratch
+        total += reference
+        out[key] = _cast_like(total, reference)
+    return out
+
+
+def apply_rule(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
+               num_examples: Mapping[ClientId, float], rule: AggregationRule) -> dict[str, np.ndarray]:
+    """``w + rule(updates, num_examples)`` where ``updates[i] = w_i - w``: compose another aggregator."""
+    updates = {
+        client_id: {key: np.subtract(client_params[client_id][key], reference,
+                                     dtype=_compute_dtype(reference.dtype))
+                    for key, reference in global_params.items()}
+        for client_id in num_examples
+    }
+    combined = rule(updates, dict(num_examples))
+    if not isinstance(combined, Mapping) or set(combined) != set(global_params):
+        raise ValueError("the aggregation rule must return a mapping with exactly the global model's keys")
+    out = {}
+    for key, reference in global_params.items():
+        update = np.asarray(combined[key])
+        if update.shape != reference.shape:
+            raise ValueError(f"the aggregation rule returned shape {update.shape} for {key!r}, "
+                             f"expected {reference.shape}")
+        out[key] = _cast_like(reference + update.astype(_compute_dtype(reference.dtype), copy=False), reference)
+    return out

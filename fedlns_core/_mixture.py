@@ -1,0 +1,97 @@
+"""The BIC-guided one-vs-two-component retain rule (Algorithm BICGMMRetain)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.mixture import GaussianMixture
+
+_COMPONENTS = ("bic", "two")
+
+
+@dataclass(frozen=True)
+class MixtureDecision:
+    """Outcome of :func:`bic_gmm_retain` for N clients."""
+
+    n_components: int                      # c-hat (eq. choose_c), or 2 when forced
+    bic: dict[int, float]                  # BIC(c) for each fitted c (eq. bic)
+    labels: np.ndarray                     # (N,) 0 = retained component, 1 = the other
+    cluster_scores: tuple[float, float] | None   # (rho_retained, rho_other) (eq. cluster_score)
+    fallback: bool                         # True when the safety fallback chose argmin delta
+
+
+def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_init: int,
+                max_iter: int, random_state: int | None) -> GaussianMixture:
+    """Diagonal GMM fitted by scikit-learn with k-means initialisation (eqs. ``gmm_density``, ``mle``)."""
+    mixture = GaussianMixture(n_components=n_components, covariance_type="diag", reg_covar=reg_covar,
+                              n_init=n_init, max_iter=max_iter, init_params="kmeans",
+                              random_state=random_state)
+    with warnings.catch_warnings():
+        # Duplicate feature rows make k-means warn about fewer distinct clusters; the BIC then decides.
+        warnings.filterwarnings("ignore", message="Number of distinct clusters", category=ConvergenceWarning)
+        mixture.fit(features)
+    return mixture
+
+
+def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str = "bic",
+                   reg_covar: float = 1e-4, n_init: int = 5, max_iter: int = 200,
+                   random_state: int | None = None) -> MixtureDecision:
+    """Choose one or two diagonal Gaussian components by BIC and keep the low-deviation group.
+
+    Parameters
+    ----------
+    features : ndarray of shape (N, D)
+        Standardized signatures ``Z_t`` (eq. ``feature_matrix``).
+    scores : ndarray of shape (N,)
+        Deviation scores ``delta_i`` (eq. ``client_score``).
+    components : {"bic", "two"}
+        ``"bic"`` compares BIC(1) and BIC(2) (eq. ``choose_c``; ties keep one component);
+        ``"two"`` always splits (the paper's ablation).
+    reg_covar, n_init, max_iter, random_state
+        Passed to :class:`sklearn.mixture.GaussianMixture`. The one-component fit uses a single
+        initialisation: every k-means start of one cluster is the sample mean, so more starts give the
+        identical fit.
+
+    Returns
+    -------
+    MixtureDecision
+        Labels are 0 for the retained component (smaller median deviation, eqs. ``cluster_score`` to
+        ``retained_set``) and 1 for the other.
+
+    Notes
+    -----
+    BIC is scikit-learn's ``GaussianMixture.bic``: ``-2 log L + p_c log N`` with ``p_c = (c-1) + 2cD``
+    free parameters for diagonal covariances (eqs. ``bic``, ``num_params``). Two components cannot be
+    fitted to fewer than two distinct feature rows; then one component is chosen with either setting
+    (there is nothing to split) and everyone is kept.
+    """
+    if components not in _COMPONENTS:
+        raise ValueError(f"components must be one of {_COMPONENTS}, got {components!r}")
+    n_clients = features.shape[0]
+    if n_clients == 0:
+        raise ValueError("bic_gmm_retain needs at least one client")
+    distinct = np.unique(features, axis=0).shape[0] if n_clients > 1 else 1
+    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state)
+    bic: dict[int, float] = {}
+    if components == "bic":
+        bic[1] = float(fit_mixture(features, 1, n_init=1, **fit).bic(features))
+    if distinct < 2:
+        return MixtureDecision(1, bic, np.zeros(n_clients, dtype=int), None, False)
+    two = fit_mixture(features, 2, n_init=n_init, **fit)
+    bic[2] = float(two.bic(features))
+    if components == "bic" and bic[1] <= bic[2]:
+        return MixtureDecision(1, bic, np.zeros(n_clients, dtype=int), None, False)
+
+    component = two.predict(features)                       # eq. label
+    rho = [float(np.median(scores[component == k])) if np.any(component == k) else np.inf
+           for k in (0, 1)]                                  # eq. cluster_score
+    keep = int(np.argmin(rho))                               # eq. keep_cluster (ties: first)
+    labels = np.where(component == keep, 0, 1)
+    fallback = not np.any(labels == 0)
+    if fallback:                                             # safety fallback: keep argmin delta
+        labels = np.ones(n_clients, dtype=int)
+        labels[int(np.argmin(scores))] = 0
+    return MixtureDecision(2, bic, labels, (rho[keep], rho[1 - keep]), fallback)

@@ -1,0 +1,168 @@
+"""Which parameters form the signature, and the signature itself (eqs. sig_layer, sig_struct)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ._types import ParamDict
+
+_RULES = ("auto", "paper")
+
+# A module name is a normalization layer when one of its words (split at '_' and camelCase) is one of
+# these, or 'ln'/'norm' followed by digits (ln1, norm2). This covers GPT-2 (ln_1, ln_2, ln_f), BERT
+# (LayerNorm), LLaMA/Mistral/Qwen (input_layernorm, post_attention_layernorm, norm), T5
+# (layer_norm, final_layer_norm), Qwen3 (q_norm, k_norm) and norm1/norm2 naming.
+_NORM_WORDS = frozenset({"ln", "norm", "layernorm", "rmsnorm", "groupnorm"})
+_NUMBERED_NORM = re.compile(r"^(ln|norm)\d+$")
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _is_norm_module(module: str) -> bool:
+    words = _CAMEL_BOUNDARY.sub("_", module).lower().split("_")
+    return any(word in _NORM_WORDS or _NUMBERED_NORM.match(word) for word in words)
+
+
+def _auto_rule(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[-1].lower() in ("weight", "bias") and _is_norm_module(parts[-2])
+
+
+def _paper_rule(name: str) -> bool:
+    # tab:app_fedlns_details: the name contains "ln" or "layernorm" and ends with "weight" or "bias".
+    # Compared in lower case: the experiments screened BERT, whose "LayerNorm" matches only that way.
+    lower = name.lower()
+    return ("ln" in lower or "layernorm" in lower) and lower.endswith(("weight", "bias"))
+
+
+class NormSelector:
+    """Choose the normalization-layer parameters that make up a client's signature.
+
+    Parameters
+    ----------
+    rule : {"auto", "paper"}, default="auto"
+        ``"auto"`` selects the weight and bias of every module whose name is a normalization layer
+        (case-insensitive; GPT-2 ``ln_1``/``ln_2``/``ln_f``, BERT ``LayerNorm``, LLaMA-style
+        ``input_layernorm``/``post_attention_layernorm``/``norm``, T5 ``layer_norm``, ``norm1``...).
+        ``"paper"`` is the rule of the paper's Table ``tab:app_fedlns_details``: the name contains
+        ``ln`` or ``layernorm`` and ends with ``weight`` or ``bias`` (it misses LLaMA's final
+        ``model.norm.weight``). Ignored when ``patterns`` or ``keys`` is given.
+    patterns : sequence of str, optional
+        Regular expressions; a name is selected when any of them matches (``re.search``).
+    keys : sequence of str, optional
+        An explicit list of names. Every one of them must be present when selecting.
+
+    Examples
+    --------
+    >>> names = ["transformer.wte.weight", "transformer.h.0.ln_1.weight", "transformer.h.0.ln_1.bias",
+    ...          "transformer.h.0.attn.c_proj.bias", "transformer.ln_f.weight", "lm_head.weight"]
+    >>> NormSelector().select(names)
+    ('transformer.h.0.ln_1.weight', 'transformer.h.0.ln_1.bias', 'transformer.ln_f.weight')
+    >>> NormSelector(rule="paper").select(["model.layers.0.input_layernorm.weight", "model.norm.weight"])
+    ('model.layers.0.input_layernorm.weight',)
+    """
+
+    def __init__(self, *, rule: str = "auto", patterns: Sequence[str] | None = None,
+                 keys: Sequence[str] | None = None):
+        self.rule = rule
+        self.patterns = patterns
+        self.keys = keys
+
+    def select(self, names: Iterable[str]) -> tuple[str, ...]:
+        """Return the selected names, in the order given.
+
+        Raises ``ValueError`` when nothing is selected or an explicit key is absent.
+        """
+        names = list(names)
+        if self.keys is not None:
+            present = set(names)
+            wanted = [key for key in self.keys if not isinstance(key, str)]
+            if wanted:
+                raise TypeError(f"NormSelector keys must be str, got {wanted[0]!r}")
+            absent = [key for key in self.keys if key not in present]
+            if absent:
+                raise ValueError(f"NormSelector: key {absent[0]!r} is not among the model's parameters")
+            chosen = set(self.keys)
+            selected = tuple(name for name in names if name in chosen)
+        elif self.patterns is not None:
+            if isinstance(self.patterns, str):
+                raise TypeError("NormSelector patterns must be a sequence of regular expressions, not a str")
+            compiled = [re.compile(pattern) for pattern in self.patterns]
+            selected = tuple(name for name in names if any(regex.search(name) for regex in compiled))
+        else:
+            if self.rule not in _RULES:
+                raise ValueError(f"NormSelector rule must be one of {_RULES}, got {self.rule!r}")
+            matches = _auto_rule if self.rule == "auto" else _paper_rule
+            selected = tuple(name for name in names if matches(name))
+        if not selected:
+            raise ValueError(
+                f"NormSelector({self._describe()}) matched none of the {len(names)} parameter names "
+                f"(e.g. {names[:3]!r}); pass patterns= or keys= naming the normalization parameters"
+            )
+        return selected
+
+    def _describe(self) -> str:
+        if self.keys is not None:
+            return f"keys={list(self.keys)!r}"
+        if self.patterns is not None:
+            return f"patterns={list(self.patterns)!r}"
+        return f"rule={self.rule!r}"
+
+    def __repr__(self) -> str:
+        return f"NormSelector({self._describe()})"
+
+    def to_config(self) -> dict:
+        """A JSON-serialisable description, for saving a screener."""
+        return {
+            "rule": self.rule,
+            "patterns": None if self.patterns is None else list(self.patterns),
+            "keys": None if self.keys is None else list(self.keys),
+        }
+
+
+def extract_signature(global_params: ParamDict, client_params: ParamDict,
+                      keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """Layer-wise normalization signature ``s = p(local) - p(global)`` (eq. ``sig_layer``), in float64.
+
+    Parameters
+    ----------
+    global_params, client_params : mapping of str to ndarray
+        The broadcast global model and the model a client returned.
+    keys : sequence of str
+        The signature's parameter names (e.g. from :meth:`NormSelector.select`).
+
+    Returns
+    -------
+    dict of str to ndarray
+        One float64 array per key, with that parameter's shape; the ordered collection is eq. ``sig_struct``.
+
+    Examples
+    --------
+    >>> g = {"ln.weight": np.ones(2, dtype=np.float32)}
+    >>> c = {"ln.weight": np.array([1.5, 0.5], dtype=np.float32)}
+    >>> extract_signature(g, c, ["ln.weight"])
+    {'ln.weight': array([ 0.5, -0.5])}
+    """
+    signature = {}
+    for key in keys:
+        if key not in global_params or key not in client_params:
+            side = "global_params" if key not in global_params else "client_params"
+            raise KeyError(f"signature key {key!r} is missing from {side}")
+        local = np.asarray(client_params[key], dtype=np.float64)
+        reference = np.asarray(global_params[key], dtype=np.float64)
+        if local.shape != reference.shape:
+            raise ValueError(f"signature key {key!r} has shape {local.shape}, expected {reference.shape}")
+        signature[key] = local - reference
+    return signature
+
+
+def flat_signature(global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
+                   keys: Sequence[str]) -> np.ndarray:
+    """Concatenation of the signature in ``keys`` order, shape (D,), float64 (eq. z_full's layout)."""
+    return np.concatenate([
+        np.asarray(client_params[key], dtype=np.float64).ravel()
+        - np.asarray(global_params[key], dtype=np.float64).ravel()
+        for key in keys
+    ])
