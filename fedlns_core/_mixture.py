@@ -73,7 +73,9 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
     n_clients = features.shape[0]
     if n_clients == 0:
         raise ValueError("bic_gmm_retain needs at least one client")
-    distinct = np.unique(features, axis=0).shape[0] if n_clients > 1 else 1
+    if n_clients == 1:                      # scikit-learn fits nothing to one sample: keep the client
+        return MixtureDecision(1, {}, np.zeros(1, dtype=int), None, False)
+    distinct = np.unique(features, axis=0).shape[0]
     fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state)
     bic: dict[int, float] = {}
     if components == "bic":

@@ -278,7 +278,7 @@ class FedLNS:
         return ScreeningResult(
             active=True, retained=retained, rejected=rejected,
             scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
-            n_components=decision.n_components, bic=decision.bic,
+            n_components=decision.n_components, bic=decision.bic or None,
             labels={client_id: label_of[client_id] for client_id in valid},
             weights=self._weights(retained, counts), num_examples={c: counts[c] for c in retained}, **common)
 

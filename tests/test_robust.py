@@ -1,0 +1,43 @@
+import numpy as np
+import scipy.stats
+from hypothesis import example, given, strategies as st
+from hypothesis.extra.numpy import arrays
+
+from fedlns_core import deviation_scores, median_mad, standardize
+
+finite = st.floats(-1e6, 1e6, allow_nan=False, width=64)
+bank_arrays = st.integers(1, 9).flatmap(
+    lambda d: st.integers(1, 12).flatmap(lambda n: arrays(np.float64, (d, n), elements=finite)))
+
+
+@given(bank_arrays)
+@example(np.array([[1.0, 2.0, 4.0, 10.0]]))
+@example(np.zeros((3, 5)))
+def test_median_mad_match_numpy_and_scipy(columns):
+    median, mad = median_mad(columns)
+    np.testing.assert_array_equal(median, np.median(columns, axis=1))
+    np.testing.assert_allclose(mad, scipy.stats.median_abs_deviation(columns, axis=1), rtol=1e-12, atol=1e-9)
+
+
+@given(bank_arrays, st.floats(-100, 100), st.floats(0.01, 100), st.booleans())
+def test_median_mad_affine_equivariance(columns, shift, scale, negate):
+    factor = -scale if negate else scale
+    median, mad = median_mad(columns)
+    moved_median, moved_mad = median_mad(factor * columns + shift)
+    tolerance = 1e-9 * (1 + np.abs(columns).max()) * (1 + scale) + 1e-9 * abs(shift)
+    np.testing.assert_allclose(moved_median, factor * median + shift, atol=tolerance)
+    np.testing.assert_allclose(moved_mad, scale * mad, atol=tolerance)
+
+
+def test_mad_floor_applies_per_coordinate():
+    columns = np.array([[1.0, 1.0, 1.0], [0.0, 1.0, 3.0]])
+    median, mad = median_mad(columns, mad_floor=1e-6)
+    np.testing.assert_array_equal(median, [1.0, 1.0])
+    np.testing.assert_array_equal(mad, [1e-6, 1.0])
+
+
+def test_standardize_and_scores_by_hand():
+    z = standardize(np.array([[3.0, -1.0, 0.0]]), np.array([1.0, 1.0, 0.0]), np.array([2.0, 1.0, 0.5]))
+    np.testing.assert_array_equal(z, [[1.0, -2.0, 0.0]])
+    np.testing.assert_array_equal(deviation_scores(z), [1.0])
+    np.testing.assert_array_equal(deviation_scores(np.array([[1.0, -2.0, 3.0, -4.0]])), [2.5])
