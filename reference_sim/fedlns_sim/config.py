@@ -1,0 +1,234 @@
+"""Run configuration: one dataclass of plain defaults, presets as override dicts.
+
+The defaults are the paper's GPT-2/WikiText run (appendix ``app:experimental_details``). A preset is a dict of
+overrides per model family; ``make_config`` applies a preset and then user overrides, and rejects unknown keys
+and values of the wrong type, so a typo never silently runs the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+FAMILIES = ("gpt", "bert", "llama")
+PARTITIONS = ("iid", "noniid")
+METHODS = ("fedavg", "norm_bounded_fedavg", "coordinate_median", "trimmed_mean", "multi_krum", "flame",
+           "fedlns", "fedlns_two")
+PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)
+PAPER_SEEDS = (100, 200, 300)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything one simulated run depends on (the paper's GPT/WikiText defaults)."""
+
+    # experiment
+    family: str = "gpt"                   # gpt | bert | llama
+    method: str = "fedlns"                # see METHODS
+    partition: str = "iid"                # iid | noniid
+    malicious_fraction: float = 0.4       # over the whole population
+    seed: int = 100
+    # federation (tab:app_fl_protocol)
+    num_clients: int = 200
+    participation: float = 0.1            # clients per round = round(participation * num_clients)
+    rounds: int = 200
+    activation_coverage: float = 0.5      # M_act / K; the paper's default M_act = 100 of 200
+    # attack (tab:app_attack_config)
+    attack: str = "target_corruption"
+    p_corr: float = 1.0
+    # data and tokenization (tab:app_dataset_tokenization, tab:app_optimization_eval)
+    data: str = ""                        # data folder; "" -> $FEDLNS_DATA, ../shared/data, else synthetic
+    tokenizer: str = "pretrained"         # pretrained | bpe (trained on the training split)
+    vocab_size: int = 0                   # size of the trained BPE vocabulary (tokenizer="bpe")
+    block_size: int = 128
+    max_train_examples: int = 0           # documents (LLaMA: 50,000 posts); 0 = full split
+    max_eval_examples: int = 0            # documents (LLaMA: 5,000); 0 = full split
+    max_train_blocks: int = 0             # cap on training blocks before partitioning; 0 = all
+    eval_batches: int = 200
+    eval_batch_size: int = 8
+    mlm_probability: float = 0.15
+    # model (tab:app_model_architectures); 0 means "the family's default"
+    n_layer: int = 12
+    n_embd: int = 256
+    n_head: int = 16
+    n_kv_head: int = 0
+    intermediate_size: int = 0
+    max_position_embeddings: int = 128
+    dropout: float = 0.1                  # GPT only; BERT and LLaMA keep their config defaults
+    # client optimisation (tab:app_optimization_eval)
+    local_epochs: int = 3
+    batch_size: int = 8
+    learning_rate: float = 3e-4
+    weight_decay: float = 0.01
+    # method parameters; negative means "from the malicious fraction" (tab:app_robust_agg_params)
+    norm_bound: float = 0.0               # 0 -> the aggregator's own default
+    trim_fraction: float = -1.0
+    krum_f: int = -1
+    krum_m: int = -1
+    flame_noise: float = 0.001
+    # system
+    device: str = "auto"                  # auto | cpu | cuda
+    threads: int = 0                      # torch threads; 0 = leave torch's default
+
+    @property
+    def clients_per_round(self) -> int:
+        return max(1, int(round(self.participation * self.num_clients)))
+
+    @property
+    def activation_threshold(self) -> int:
+        return int(round(self.activation_coverage * self.num_clients))
+
+    @property
+    def num_malicious(self) -> int:
+        return int(round(self.malicious_fraction * self.num_clients))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def run_name(self) -> str:
+        """Directory name of this run: the swept axes, then a short hash of everything else."""
+        rest = {k: v for k, v in self.to_dict().items()
+                if k not in ("family", "partition", "malicious_fraction", "method", "seed", "activation_coverage",
+                             "device", "threads", "data")}
+        digest = hashlib.sha1(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:8]
+        return (f"{self.family}-{self.partition}-mal{round(self.malicious_fraction * 100):02d}-{self.method}"
+                f"-act{round(self.activation_coverage * 100):02d}-seed{self.seed}-{digest}")
+
+    def validate(self) -> "Config":
+        checks = [
+            (self.family in FAMILIES, f"family must be one of {FAMILIES}, got {self.family!r}"),
+            (self.partition in PARTITIONS, f"partition must be one of {PARTITIONS}, got {self.partition!r}"),
+            (self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}"),
+            (0.0 <= self.malicious_fraction < 1.0, f"malicious_fraction must be in [0, 1), got {self.malicious_fraction}"),
+            (0.0 < self.participation <= 1.0, f"participation must be in (0, 1], got {self.participation}"),
+            (0.0 <= self.activation_coverage <= 1.0, f"activation_coverage must be in [0, 1], got {self.activation_coverage}"),
+            (0.0 <= self.p_corr <= 1.0, f"p_corr must be in [0, 1], got {self.p_corr}"),
+            (self.tokenizer in ("pretrained", "bpe"), f"tokenizer must be 'pretrained' or 'bpe', got {self.tokenizer!r}"),
+            (self.tokenizer != "bpe" or self.vocab_size >= 64, "tokenizer='bpe' needs vocab_size >= 64"),
+            (self.block_size >= 4, f"block_size must be >= 4, got {self.block_size}"),
+            (self.num_clients >= 2 and self.rounds >= 1, "need num_clients >= 2 and rounds >= 1"),
+            (self.n_embd % self.n_head == 0, f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}"),
+            (self.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {self.device!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        return self
+
+
+# The paper's per-family settings (tab:app_model_architectures, tab:app_optimization_eval).
+PAPER = {
+    "gpt": dict(),
+    "bert": dict(n_layer=12, n_embd=256, n_head=16, intermediate_size=1024, max_position_embeddings=130,
+                local_epochs=3, learning_rate=3e-4),
+    "llama": dict(n_layer=8, n_embd=256, n_head=16, n_kv_head=8, intermediate_size=1536, max_position_embeddings=256,
+                  local_epochs=2, learning_rate=1e-5, eval_batches=50, max_train_examples=50_000,
+                  max_eval_examples=5_000),
+}
+
+# CPU scale: the 40% comparison of 7 methods x 3 families x 2 partitions in about 30-40 minutes on 2 cores.
+# Kept from the paper: 10% participation, activation at 50% coverage, AdamW(wd=0.01), the attack, the methods.
+# Scaled: K=100 (10 clients per round, so Multi-Krum's n-f-2 stays positive), 50 rounds, tiny models, a
+# 1,024-token BPE vocabulary trained on the training split (a 50k embedding would dominate the cost), blocks of
+# 64 tokens, 8 blocks per client, and a larger learning rate so that the few local steps visibly learn.
+_CPU_COMMON = dict(num_clients=100, rounds=50, tokenizer="bpe", vocab_size=1024, block_size=64,
+                   max_train_blocks=800, eval_batches=4, eval_batch_size=32, n_layer=2, n_embd=64, n_head=4,
+                   max_position_embeddings=64, dropout=0.0, local_epochs=1, batch_size=4, learning_rate=2e-3,
+                   max_train_examples=0, max_eval_examples=0, threads=1)
+CPU = {
+    "gpt": dict(_CPU_COMMON),
+    "bert": dict(_CPU_COMMON, intermediate_size=256, max_position_embeddings=66),
+    "llama": dict(_CPU_COMMON, n_kv_head=2, intermediate_size=256, max_position_embeddings=64),
+}
+
+# Seconds: for tests and CI.
+_SMOKE_COMMON = dict(num_clients=10, participation=0.5, rounds=4, tokenizer="bpe", vocab_size=128, block_size=16,
+                     max_train_blocks=80, eval_batches=2, eval_batch_size=16, n_layer=1, n_embd=16, n_head=2,
+                     max_position_embeddings=16, dropout=0.0, local_epochs=1, batch_size=4, learning_rate=3e-3,
+                     max_train_examples=0, max_eval_examples=200, threads=1)
+SMOKE = {
+    "gpt": dict(_SMOKE_COMMON),
+    "bert": dict(_SMOKE_COMMON, intermediate_size=32, max_position_embeddings=18),
+    "llama": dict(_SMOKE_COMMON, n_kv_head=1, intermediate_size=32),
+}
+
+PRESETS = {"paper": PAPER, "cpu": CPU, "smoke": SMOKE}
+
+
+def _check_type(key: str, value, expected: type):
+    if isinstance(value, bool) and expected is not bool:
+        raise TypeError(f"config key {key!r} expects {expected.__name__}, got bool {value!r}")
+    if expected is float and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, expected):
+        raise TypeError(f"config key {key!r} expects {expected.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _field_types() -> dict[str, type]:
+    types = {"str": str, "int": int, "float": float, "bool": bool}
+    return {f.name: types[f.type] if isinstance(f.type, str) else f.type for f in dataclasses.fields(Config)}
+
+
+def apply_overrides(config: Config, overrides: dict) -> Config:
+    """Return a copy of ``config`` with ``overrides``; unknown keys and wrong types raise.
+
+    Examples
+    --------
+    >>> apply_overrides(Config(), {"rounds": 3}).rounds
+    3
+    >>> apply_overrides(Config(), {"round": 3})
+    Traceback (most recent call last):
+    ...
+    KeyError: "unknown config key 'round'"
+    """
+    types = _field_types()
+    clean = {}
+    for key, value in overrides.items():
+        if key not in types:
+            raise KeyError(f"unknown config key {key!r}")
+        clean[key] = _check_type(key, value, types[key])
+    return dataclasses.replace(config, **clean)
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """Parse ``key=value`` from the command line into a typed pair (the type comes from the field)."""
+    if "=" not in text:
+        raise ValueError(f"override {text!r} is not of the form key=value")
+    key, raw = text.split("=", 1)
+    types = _field_types()
+    if key not in types:
+        raise KeyError(f"unknown config key {key!r}")
+    expected = types[key]
+    try:
+        if expected is bool:
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return key, raw.lower() in ("true", "1")
+        return key, expected(raw)
+    except ValueError:
+        raise TypeError(f"config key {key!r} expects {expected.__name__}, got {raw!r}") from None
+
+
+def make_config(preset: str = "paper", family: str = "gpt", **overrides) -> Config:
+    """Build a validated config from a preset, a family, and keyword overrides.
+
+    Examples
+    --------
+    >>> c = make_config("cpu", "llama", method="fedavg")
+    >>> (c.family, c.n_layer, c.clients_per_round, c.activation_threshold)
+    ('llama', 2, 10, 50)
+    """
+    if preset not in PRESETS:
+        raise KeyError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    config = apply_overrides(Config(family=family), PRESETS[preset][family])
+    return apply_overrides(config, overrides).validate()
+
+
+def config_from_dict(values: dict) -> Config:
+    """Rebuild a config from its JSON form (unknown keys raise)."""
+    return apply_overrides(Config(), values).validate()

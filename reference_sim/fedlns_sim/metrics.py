@@ -1,0 +1,75 @@
+"""Evaluation metrics: loss, perplexity, token-level entropy, and detection rates."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .data import IGNORE
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Predictive entropy in nats per position: (..., V) -> (...).
+
+    Examples
+    --------
+    >>> round(float(token_entropy(torch.zeros(1, 50))[0]), 6) == round(math.log(50), 6)
+    True
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return -(log_probs.exp() * log_probs).sum(-1)
+
+
+def perplexity(loss: float) -> float:
+    """exp(mean cross-entropy); inf when it overflows."""
+    return math.exp(loss) if loss < 700 else float("inf")
+
+
+@torch.no_grad()
+def evaluate(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, device: str = "cpu") -> dict:
+    """Loss, perplexity and mean entropy over all supervised positions (masked ones only for MLM)."""
+    model.eval()
+    total_loss, total_entropy, count = 0.0, 0.0, 0
+    for start in range(0, len(inputs), batch_size):
+        x = inputs[start:start + batch_size].to(device)
+        y = targets[start:start + batch_size].to(device)
+        logits = model(input_ids=x).logits
+        keep = y != IGNORE
+        picked = logits[keep].float()                          # (n_positions, V)
+        total_loss += torch.nn.functional.cross_entropy(picked, y[keep], reduction="sum").item()
+        total_entropy += token_entropy(picked).sum().item()
+        count += int(keep.sum())
+    loss = total_loss / max(count, 1)
+    return {"eval_loss": loss, "perplexity": perplexity(loss), "entropy": total_entropy / max(count, 1),
+            "eval_positions": count}
+
+
+def detection_counts(sampled, kept, malicious) -> dict:
+    """Confusion counts of one round, "positive" = rejected: tp = rejected malicious, fp = rejected benign."""
+    sampled, kept = set(sampled), set(kept)
+    rejected = sampled - kept
+    bad = sampled & set(malicious)
+    return {"tp": len(rejected & bad), "fp": len(rejected - bad), "fn": len(kept & bad), "tn": len(kept - bad)}
+
+
+def detection_rates(tp: int, fp: int, fn: int, tn: int) -> dict:
+    """TPR = tp/(tp+fn), FPR = fp/(fp+tn), precision = tp/(tp+fp); NaN where undefined.
+
+    Examples
+    --------
+    >>> detection_rates(3, 1, 1, 5)
+    {'tpr': 0.75, 'fpr': 0.16666666666666666, 'precision': 0.75}
+    """
+    def ratio(a, b):
+        return a / b if b else float("nan")
+    return {"tpr": ratio(tp, tp + fn), "fpr": ratio(fp, fp + tn), "precision": ratio(tp, tp + fp)}
+
+
+def best_checkpoint(records: list[dict]) -> dict:
+    """The round with the lowest evaluation loss (ties: the earliest), the paper's per-seed reporting rule."""
+    trained = [r for r in records if r["round"] >= 1]
+    if not trained:
+        raise ValueError("no trained rounds to select from")
+    return min(trained, key=lambda r: (r["eval_loss"] if np.isfinite(r["eval_loss"]) else float("inf"), r["round"]))

@@ -1,0 +1,56 @@
+"""The three scratch transformers (tab:app_model_architectures), built from transformers configs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def build_model(config, vocab_size: int) -> torch.nn.Module:
+    """GPT-2 causal LM, BERT masked LM or LLaMA causal LM, randomly initialised from ``torch``'s current seed."""
+    if config.family == "gpt":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model_config = GPT2Config(vocab_size=vocab_size, n_positions=config.max_position_embeddings,
+                                  n_embd=config.n_embd, n_layer=config.n_layer, n_head=config.n_head,
+                                  n_inner=config.intermediate_size or None, resid_pdrop=config.dropout,
+                                  embd_pdrop=config.dropout, attn_pdrop=config.dropout,
+                                  bos_token_id=None, eos_token_id=None)
+        model = GPT2LMHeadModel(model_config)
+    elif config.family == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+
+        model_config = BertConfig(vocab_size=vocab_size, hidden_size=config.n_embd,
+                                  num_hidden_layers=config.n_layer, num_attention_heads=config.n_head,
+                                  intermediate_size=config.intermediate_size or 4 * config.n_embd,
+                                  max_position_embeddings=config.max_position_embeddings)
+        model = BertForMaskedLM(model_config)
+    elif config.family == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        model_config = LlamaConfig(vocab_size=vocab_size, hidden_size=config.n_embd,
+                                   num_hidden_layers=config.n_layer, num_attention_heads=config.n_head,
+                                   num_key_value_heads=config.n_kv_head or config.n_head,
+                                   intermediate_size=config.intermediate_size or 4 * config.n_embd,
+                                   max_position_embeddings=config.max_position_embeddings, rms_norm_eps=1e-6,
+                                   initializer_range=0.02)
+        model = LlamaForCausalLM(model_config)
+    else:
+        raise ValueError(f"unknown family {config.family!r}")
+    return model
+
+
+def get_params(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """Trainable parameters as float32 numpy copies, by name (tied weights appear once)."""
+    return {name: p.detach().cpu().numpy().copy() for name, p in model.named_parameters()}
+
+
+def set_params(model: torch.nn.Module, params: dict[str, np.ndarray]) -> None:
+    """Load named numpy arrays into the model's parameters in place."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(np.asarray(params[name])).to(p.device, p.dtype))
+
+
+def count_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
