@@ -33,7 +33,7 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 def start(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Start a process in its own session (so it and its children can be stopped together)."""
+    """Start a process in its own session, detached from the test runner's terminal signals."""
     handle = open(log_path, "wb")
     try:
         return subprocess.Popen(
@@ -43,24 +43,50 @@ def start(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess
         handle.close()  # the child keeps its own descriptor
 
 
-def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
-    """Stop a process we started, and the process group it leads, by its own PID."""
-    if process.poll() is None:
+def _descendants(pid: int) -> list[int]:
+    """PIDs of every live descendant of ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
         try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+            # Field 4 of /proc/PID/stat is the parent PID; the name (field 2) may hold spaces.
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop a process we started and everything it started, each by its own PID.
+
+    Flower's servers start helpers in new sessions (flower-superexec, flwr-serverapp,
+    flwr-clientapp), so the process group is not enough: the descendants are listed
+    before the leader is stopped and signalled one by one afterwards.
+    """
+    descendants = _descendants(process.pid) if process.poll() is None else []
+    if process.poll() is None:
+        _signal(process.pid, signal.SIGTERM)  # lets Flower shut its helpers down cleanly
         try:
             process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            pass
-    # Children (e.g. flwr-clientapp) live on in the group after their leader exits.
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    if process.poll() is None:
-        process.wait(timeout=grace)
+            _signal(process.pid, signal.SIGKILL)
+            process.wait(timeout=grace)
+    for pid in descendants:
+        _signal(pid, signal.SIGTERM)
+    for pid in descendants:
+        _signal(pid, signal.SIGKILL)
 
 
 def attacker_nodes(record_dir: Path) -> tuple[set[int], set[int]]:
