@@ -245,12 +245,13 @@ def test_inputs_are_not_mutated_and_helpers_round_trip():
     global_params = {key: np.full(shape, 0.5, np.float32) for key, shape in SHAPES.items()}
     clients = {cid: {k: global_params[k] + v for k, v in u.items()} for cid, u in random_updates(4).items()}
     before = copy.deepcopy(clients)
-    updates = client_updates(global_params, clients)
+    updates = {cid: dict(update) for cid, update in client_updates(global_params, clients).items()}
     for name in AGGREGATOR_NAMES:
         params = {"trimmed_mean": {"trim_fraction": 0.25}, "multi_krum": {"f": 1, "m": 2},
                   "flame": {"random_state": 0}}.get(name, {})
         snapshot = copy.deepcopy(updates)
         make_aggregator(name, **params).run(updates, ones(updates))
+        make_aggregator(name, **params).run(client_updates(global_params, clients), ones(updates))
         for cid in updates:
             for key in updates[cid]:
                 np.testing.assert_array_equal(updates[cid][key], snapshot[cid][key])
@@ -263,6 +264,32 @@ def test_inputs_are_not_mutated_and_helpers_round_trip():
     assert new["wte.weight"].dtype == np.float32
     with pytest.raises(ValueError, match="client 'c1': key 'wte.weight' has shape"):
         client_updates(global_params, {"c1": {**clients["c1"], "wte.weight": np.zeros(3)}})
+
+
+@pytest.mark.parametrize("block_columns", [7, agg.BLOCK_COLUMNS])
+def test_delta_view_matches_materialised_updates(monkeypatch, block_columns):
+    monkeypatch.setattr(agg, "BLOCK_COLUMNS", block_columns)
+    rng = np.random.default_rng(2)
+    global_params = {key: rng.standard_normal(shape).astype(np.float32) for key, shape in SHAPES.items()}
+    clients = {cid: {k: global_params[k] + v for k, v in u.items()} for cid, u in random_updates(7).items()}
+    clients["c3"]["extra.buffer"] = np.zeros(2)  # keys the global model lacks are ignored
+    view = client_updates(global_params, clients)
+    assert isinstance(view, agg.ClientDeltas) and list(view) == list(clients) and len(view) == 7
+    assert list(view["c3"]) == list(global_params)
+    materialised = {cid: view[cid] for cid in view}
+    counts = {cid: 3.0 + i for i, cid in enumerate(clients)}
+    for name, params in RULES.items():
+        streamed = make_aggregator(name, **params).run(view, counts)
+        direct = make_aggregator(name, **params).run(materialised, counts)
+        assert streamed.kept == direct.kept
+        for key in global_params:
+            assert streamed.update[key].dtype == np.float32
+            np.testing.assert_allclose(streamed.update[key], direct.update[key], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="client 'c1': key 'wte.weight' missing"):
+        client_updates(global_params, {"c1": {k: v for k, v in clients["c1"].items() if k != "wte.weight"}})
+    bad = {**clients, "c9": {**clients["c1"], "wte.weight": np.full((5, 4), np.inf, np.float32)}}
+    with pytest.raises(ValueError, match="client 'c9': key 'wte.weight' has non-finite values"):
+        fedavg(client_updates(global_params, bad), {cid: 1 for cid in bad})
 
 
 def test_streaming_over_several_blocks(monkeypatch):
