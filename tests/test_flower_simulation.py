@@ -42,6 +42,7 @@ def test_simulation_rejects_the_target_corrupting_clients(tmp_path):
         "--set", f"activation-threshold={NUM_CLIENTS}",
         "--set", f"output-dir={output_dir}",
         "--set", f"record-dir={record_dir}",
+        "--set", f"state-path={tmp_path / 'state.npz'}",
     ]
     log_file = tmp_path / "simulation.log"
     process = start(command, log_file, base_env(RAY_TMPDIR=str(ray_dir)))
@@ -58,4 +59,8 @@ def test_simulation_rejects_the_target_corrupting_clients(tmp_path):
         output_dir / "screening.jsonl", record_dir,
         num_attackers=NUM_ATTACKERS, num_benign=NUM_CLIENTS - NUM_ATTACKERS,
     )
-    assert (output_dir / "fedlns-state").exists()
+    # The screener's state was saved: two rounds screened, every client in the bank.
+    from fedlns_core import FedLNS
+
+    state = FedLNS.load(tmp_path / "state.npz")
+    assert state.round_ == 2 and len(state.bank) == NUM_CLIENTS

@@ -168,6 +168,14 @@ def test_t5_shared_embeddings_are_handled_once():
     assert not set(aliases) & set(arrays)
 
 
+def test_empty_tensors_are_never_taken_for_tied_weights():
+    model = nn.Module()
+    model.register_buffer("first", torch.zeros(0))
+    model.register_buffer("second", torch.zeros(0))
+    assert tied_keys(model) == {}
+    assert set(state_dict_to_numpy(model)) == {"first", "second"}
+
+
 def test_loading_does_not_mutate_the_arrays():
     model = nn.LayerNorm(3)
     arrays = {"weight": np.array([1.0, 2.0, 3.0]), "bias": np.zeros(3)}

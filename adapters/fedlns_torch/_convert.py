@@ -65,6 +65,8 @@ def tied_keys(model_or_state_dict) -> dict[str, str]:
     for key, tensor in state_dict.items():
         if not isinstance(tensor, torch.Tensor):
             continue
+        if tensor.numel() == 0 or tensor.device.type == "meta":
+            continue  # no memory to share: distinct empty/meta tensors would look alike
         storage = _storage_key(tensor)
         if storage in first_key:
             aliases[key] = first_key[storage]

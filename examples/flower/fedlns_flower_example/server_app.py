@@ -42,7 +42,7 @@ def run_server(grid: Grid, settings):
             activation_threshold=int(settings["activation-threshold"]),
             random_state=int(settings["seed"]),
         ),
-        state_path=None if output_dir is None else output_dir / "fedlns-state",
+        state_path=str(settings["state-path"]) or None,
         log_path=None if output_dir is None else output_dir / "screening.jsonl",
     )
     result = strategy.start(

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, object] = {
     "num-heads": 2,
     "seed": 0,
     "output-dir": "fedlns-run",
+    "state-path": "",
     "record-dir": "",
 }
 
