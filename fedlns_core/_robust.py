@@ -47,7 +47,8 @@ def median_mad(columns: np.ndarray, mad_floor: float = 0.0) -> tuple[np.ndarray,
     if columns.ndim != 2 or columns.shape[1] == 0:
         raise ValueError(f"median_mad needs a (D, n) array with n >= 1, got shape {columns.shape}")
     median = _median_of_sorted(np.sort(columns, axis=1))
-    deviations = np.abs(columns - median[:, None])
+    deviations = np.subtract(columns, median[:, None])
+    np.abs(deviations, out=deviations)
     deviations.sort(axis=1)
     mad = _median_of_sorted(deviations)
     np.maximum(mad, mad_floor, out=mad)
