@@ -130,11 +130,11 @@ PAPER = {
 
 # CPU scale: the 40% comparison of 7 methods x 3 families x 2 partitions in about 30-40 minutes on 2 cores.
 # Kept from the paper: 10% participation, activation at 50% coverage, AdamW(wd=0.01), the attack, the methods.
-# Scaled: K=100 (10 clients per round, so Multi-Krum's n-f-2 stays positive), 50 rounds, tiny models, a
+# Scaled: K=100 (10 clients per round, so Multi-Krum's n-f-2 stays positive), 40 rounds, tiny models, a
 # 1,024-token BPE vocabulary trained on the training split (a 50k embedding would dominate the cost), blocks of
 # 64 tokens, 8 blocks per client, and a larger learning rate so that the few local steps visibly learn.
-_CPU_COMMON = dict(num_clients=100, rounds=50, tokenizer="bpe", vocab_size=1024, block_size=64,
-                   max_train_blocks=800, eval_batches=4, eval_batch_size=32, n_layer=2, n_embd=64, n_head=4,
+_CPU_COMMON = dict(num_clients=100, rounds=40, tokenizer="bpe", vocab_size=1024, block_size=64,
+                   max_train_blocks=800, eval_batches=2, eval_batch_size=32, n_layer=2, n_embd=64, n_head=4,
                    max_position_embeddings=64, dropout=0.0, local_epochs=1, batch_size=4, learning_rate=2e-3,
                    max_train_examples=0, max_eval_examples=0, threads=1)
 CPU = {

@@ -54,7 +54,12 @@ class Corpus:
 
 
 def resolve_data_dir(data: str = "") -> Path | None:
-    """The data folder: the explicit argument, else ``$FEDLNS_DATA``, else ``../shared/data``, else None."""
+    """The data folder: the explicit argument, else ``$FEDLNS_DATA``, else ``../shared/data``, else None.
+
+    ``data="synthetic"`` forces the synthetic corpus (None).
+    """
+    if data == "synthetic":
+        return None
     for candidate in (data, os.environ.get("FEDLNS_DATA", ""), "../shared/data"):
         if candidate and Path(candidate).is_dir():
             return Path(candidate).resolve()

@@ -1,0 +1,60 @@
+"""Config dataclass, presets and overrides of fedlns_sim."""
+
+import pytest
+
+from fedlns_sim.config import Config, apply_overrides, config_from_dict, make_config, parse_override
+
+
+def test_paper_preset_matches_the_appendix_tables():
+    gpt, bert, llama = (make_config("paper", f) for f in ("gpt", "bert", "llama"))
+    assert (gpt.n_layer, gpt.n_embd, gpt.n_head, gpt.max_position_embeddings, gpt.dropout) == (12, 256, 16, 128, 0.1)
+    assert (bert.n_layer, bert.intermediate_size, bert.max_position_embeddings) == (12, 1024, 130)
+    assert (llama.n_layer, llama.n_kv_head, llama.intermediate_size, llama.max_position_embeddings) == (8, 8, 1536, 256)
+    assert (gpt.local_epochs, bert.local_epochs, llama.local_epochs) == (3, 3, 2)
+    assert (gpt.learning_rate, llama.learning_rate, llama.eval_batches, llama.max_train_examples) == (3e-4, 1e-5, 50, 50000)
+    assert gpt.num_clients == 200 and gpt.clients_per_round == 20 and gpt.activation_threshold == 100
+    assert gpt.weight_decay == 0.01 and gpt.batch_size == 8 and gpt.block_size == 128 and gpt.rounds == 200
+
+
+def test_cpu_preset_keeps_participation_and_activation_coverage():
+    for family in ("gpt", "bert", "llama"):
+        config = make_config("cpu", family)
+        assert config.participation == 0.1 and config.activation_coverage == 0.5
+        assert config.clients_per_round - round(0.4 * config.clients_per_round) - 2 > 0   # Multi-Krum works
+
+
+def test_overrides_reject_unknown_keys_and_wrong_types():
+    with pytest.raises(KeyError, match="unknown config key 'round'"):
+        make_config("smoke", "gpt", round=3)
+    with pytest.raises(TypeError, match="'rounds' expects int, got str"):
+        apply_overrides(Config(), {"rounds": "3"})
+    with pytest.raises(TypeError, match="'rounds' expects int, got bool"):
+        apply_overrides(Config(), {"rounds": True})
+    with pytest.raises(TypeError, match="'rounds' expects int, got float"):
+        apply_overrides(Config(), {"rounds": 3.5})
+    assert apply_overrides(Config(), {"learning_rate": 1}).learning_rate == 1.0
+    with pytest.raises(ValueError, match="method must be one of"):
+        make_config("smoke", "gpt", method="krum")
+    with pytest.raises(KeyError, match="unknown preset"):
+        make_config("gpu", "gpt")
+
+
+def test_command_line_overrides_are_typed():
+    assert parse_override("rounds=7") == ("rounds", 7)
+    assert parse_override("p_corr=0.5") == ("p_corr", 0.5)
+    assert parse_override("partition=noniid") == ("partition", "noniid")
+    with pytest.raises(TypeError, match="'rounds' expects int, got 'many'"):
+        parse_override("rounds=many")
+    with pytest.raises(KeyError, match="unknown config key 'epochs'"):
+        parse_override("epochs=2")
+    with pytest.raises(ValueError, match="key=value"):
+        parse_override("rounds")
+
+
+def test_config_round_trips_through_its_json_form_and_names_runs_uniquely():
+    config = make_config("cpu", "bert", method="flame", partition="noniid")
+    assert config_from_dict(config.to_dict()) == config
+    names = {make_config("cpu", f, method=m, seed=s).run_name()
+             for f in ("gpt", "bert") for m in ("fedavg", "fedlns") for s in (100, 200)}
+    assert len(names) == 8
+    assert make_config("cpu", "gpt", rounds=3).run_name() != make_config("cpu", "gpt").run_name()
