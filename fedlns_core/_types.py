@@ -50,9 +50,12 @@ def check_global_params(global_params) -> dict[str, np.ndarray]:
 
 def all_finite(array: np.ndarray) -> bool:
     """True when every value is finite; one summing pass for the common case."""
-    if not np.issubdtype(array.dtype, np.inexact):
+    if array.dtype.kind not in "fc":
         return True
-    # A non-finite sum means NaN/Inf present or an overflow: only then pay for the exact check.
+    if array.size <= 65536:
+        return bool(np.isfinite(array).all())
+    # Large arrays: one summing pass without a boolean temporary. A non-finite sum means NaN/Inf or an
+    # overflow; only then pay for the exact check.
     with np.errstate(over="ignore", invalid="ignore"):
         if np.isfinite(np.sum(array)):
             return True
