@@ -216,18 +216,33 @@ def test_deterministic_for_a_random_state_and_json_serialisable():
     assert "explain" not in decoded and "round 0" in first.explain()
 
 
-def test_save_load_gives_the_same_next_decision(tmp_path):
+@settings(max_examples=12)
+@given(st.lists(st.sets(st.integers(0, 15), min_size=1, max_size=6), min_size=1, max_size=4),
+       st.integers(0, 2**31 - 1), st.sampled_from([0.0, 0.25]), st.sampled_from(["auto", "paper"]),
+       st.sets(st.integers(0, 9), max_size=3))
+def test_save_load_gives_the_same_next_decision(tmp_path_factory, history, seed, ema, rule, attackers):
     g = make_global()
-    screener = FedLNS(activation_threshold=8, random_state=5, ema=0.25, selector=NormSelector(rule="paper"))
-    for round_index in range(3):
-        ids = range(round_index * 4, round_index * 4 + 5)
-        screener.screen(g, make_clients(g, ids, seed=round_index), counts_for(ids))
-    path = tmp_path / "state" / "fedlns.npz"
+    screener = FedLNS(activation_threshold=8, random_state=seed, ema=ema, selector=NormSelector(rule=rule))
+    for round_index, ids in enumerate(history):
+        screener.screen(g, make_clients(g, sorted(ids), seed=round_index), counts_for(ids))
+    path = tmp_path_factory.mktemp("state") / "nested" / "fedlns.npz"
     screener.save(path)
     loaded = FedLNS.load(path)
-    assert loaded.get_params() == screener.get_params() and loaded.round_ == 3
-    nxt = make_clients(g, range(10), attackers={0, 4}, seed=9)
+    assert loaded.get_params() == screener.get_params() and loaded.round_ == len(history)
+    assert loaded.bank.ids == screener.bank.ids
+    nxt = make_clients(g, range(10), attackers=attackers, seed=99)
     assert loaded.screen(g, nxt, counts_for(nxt)) == screener.screen(g, nxt, counts_for(nxt))
+
+
+def test_load_rejects_foreign_and_corrupt_screener_files(tmp_path):
+    bank_file = tmp_path / "bank.npz"
+    FedLNS().bank.save(bank_file)
+    with pytest.raises(ValueError, match="expected 'screener'"):
+        FedLNS.load(bank_file)
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(ValueError, match="corrupt"):
+        FedLNS.load(broken)
 
 
 def test_rule_composes_with_another_aggregator():
