@@ -12,8 +12,6 @@ import pytest
 flwr = pytest.importorskip("flwr")
 
 from flwr.app import (  # noqa: E402
-    Array,
-    ArrayRecord,
     ConfigRecord,
     Error,
     Message,

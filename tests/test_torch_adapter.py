@@ -62,28 +62,16 @@ def small_t5():
     return transformers.T5ForConditionalGeneration(config)
 
 
-def small_qwen2():
-    config = transformers.Qwen2Config(
+def small_decoder(family: str):
+    """A 2-layer decoder-only model of a transformers family (Qwen2, Gemma, Mistral) from its config."""
+    config_class = getattr(transformers, f"{family}Config")
+    model_class = getattr(transformers, f"{family}ForCausalLM")
+    extra = {"head_dim": 8} if family == "Gemma" else {}
+    config = config_class(
         vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2,
+        num_attention_heads=4, num_key_value_heads=2, **extra,
     )
-    return transformers.Qwen2ForCausalLM(config)
-
-
-def small_gemma():
-    config = transformers.GemmaConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-    )
-    return transformers.GemmaForCausalLM(config)
-
-
-def small_mistral():
-    config = transformers.MistralConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2,
-    )
-    return transformers.MistralForCausalLM(config)
+    return model_class(config)
 
 
 # ---------------------------------------------------------------- conversion
@@ -236,9 +224,9 @@ def test_paper_models_have_the_expected_norm_parameters():
     [
         # encoder: 2 per block + final; decoder: 3 per block + final; weight only.
         (small_t5, "T5LayerNorm", (2 * 2 + 1) + (3 * 2 + 1)),
-        (small_qwen2, "Qwen2RMSNorm", 2 * 2 + 1),
-        (small_gemma, "GemmaRMSNorm", 2 * 2 + 1),
-        (small_mistral, "MistralRMSNorm", 2 * 2 + 1),
+        (lambda: small_decoder("Qwen2"), "Qwen2RMSNorm", 2 * 2 + 1),
+        (lambda: small_decoder("Gemma"), "GemmaRMSNorm", 2 * 2 + 1),
+        (lambda: small_decoder("Mistral"), "MistralRMSNorm", 2 * 2 + 1),
     ],
     ids=["t5", "qwen2", "gemma", "mistral"],
 )
@@ -282,7 +270,7 @@ def test_only_trainable_norm_parameters_count():
 
 
 def test_frozen_norms_as_in_lora_give_a_clear_error():
-    model = small_qwen2()
+    model = small_decoder("Qwen2")
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     # A LoRA-like trainable adapter next to the frozen base model.
