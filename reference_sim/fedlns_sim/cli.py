@@ -134,10 +134,10 @@ def quickstart(data=None, out="runs/quickstart", progress=True) -> int:
 
     data_dir = resolve_data_dir(data or "")
     print(f"data: {data_dir if data_dir else 'synthetic corpus (no data folder found)'}")
-    configs = sweep_configs("cpu", ("gpt",), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,),
-                            data=str(data_dir) if data_dir else "")
-    if data_dir is None:   # the synthetic corpus is small: fewer blocks than the 800 of the cpu preset
-        configs = sweep_configs("cpu", ("gpt",), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data="",
+    if data_dir is not None:
+        configs = sweep_configs("cpu", ("gpt",), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data=str(data_dir))
+    else:   # the synthetic corpus is small: a smaller vocabulary and fewer blocks than the cpu preset's 800
+        configs = sweep_configs("cpu", ("gpt",), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data="synthetic",
                                 vocab_size=512, max_train_blocks=600)
     tic = time.perf_counter()
     summary = sweep(configs, out, progress=progress)

@@ -58,6 +58,13 @@ def load_runs(root: str | Path) -> list[dict]:
     return summaries
 
 
+def family_label(family: str, runs: list[dict]) -> str:
+    """'GPT / WikiText' etc., or 'GPT / synthetic corpus' when the runs used the generated corpus."""
+    if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
+        return f"{FAMILY_NAMES[family].split(' /')[0]} / synthetic corpus"
+    return FAMILY_NAMES[family]
+
+
 def _ppl(record: dict) -> float:
     value = record.get("perplexity")
     return float("inf") if value is None else value
@@ -121,7 +128,7 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
                 cells = {key: mean_std([s[metric] for s in runs]) + (len(runs),) for key, runs in groups.items()}
                 tables.append({"family": family, "partition": partition, "metric": metric,
                                "title": f"{title} under different malicious-client fractions for "
-                                        f"{FAMILY_NAMES[family]} with {PARTITION_NAMES[partition]} partition",
+                                        f"{family_label(family, subset)} with {PARTITION_NAMES[partition]} partition",
                                "columns": [f"{round(f * 100)}%" for f in fractions], "fractions": fractions,
                                "rows": methods, "cells": cells})
     return tables
@@ -317,11 +324,11 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
             axis.set_xticks(range(len(methods)), [DISPLAY_NAMES[m] for m in methods], rotation=60, fontsize=7)
             low = min(mean_std([s["perplexity"] for s in runs if s["method"] == m])[0] for m in methods)
             axis.set_ylim(bottom=0.9 * low)
-            axis.set_title(f"{FAMILY_NAMES[family]}, {PARTITION_NAMES[partition]}\n"
+            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}\n"
                            f"{round(fractions[0] * 100)}% malicious", fontsize=9)
         else:
             axis.set_xlabel("malicious clients (%)")
-            axis.set_title(f"{FAMILY_NAMES[family]}, {PARTITION_NAMES[partition]}", fontsize=9)
+            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
         axis.set_ylabel("perplexity (best checkpoint)")
     axes[-1].legend(fontsize=7)
     figure.tight_layout()
@@ -341,7 +348,7 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
         axis.set_yscale("log")
         axis.set_xlabel("round")
         axis.set_ylabel("evaluation perplexity")
-        axis.set_title(f"{FAMILY_NAMES[family]}, {PARTITION_NAMES[partition]}, {round(top * 100)}% malicious",
+        axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}, {round(top * 100)}% malicious",
                        fontsize=9)
     axes[-1].legend(fontsize=7)
     figure.tight_layout()
@@ -360,7 +367,7 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
             axis.bar(i + 0.2, rates["fpr"], width=0.4, color="tab:red", label="FPR" if i == 0 else None)
         axis.set_xticks(range(len(methods)), [DISPLAY_NAMES[m] for m in methods], fontsize=8)
         axis.set_ylim(0, 1)
-        axis.set_title(f"{FAMILY_NAMES[family]}, {PARTITION_NAMES[partition]}", fontsize=9)
+        axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
         axis.set_ylabel("rate over decided rounds")
     axes[-1].legend(fontsize=7)
     figure.tight_layout()

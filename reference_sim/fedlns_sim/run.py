@@ -128,9 +128,13 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     config_path = run_dir / "config.json"
     if config_path.is_file():
         machine_keys = ("device", "threads", "data")   # may differ between a run and its resume
-        previous = {k: v for k, v in json.loads(config_path.read_text())["config"].items() if k not in machine_keys}
+        stored = json.loads(config_path.read_text())
+        previous = {k: v for k, v in stored["config"].items() if k not in machine_keys}
         if previous != {k: v for k, v in config.to_dict().items() if k not in machine_keys}:
             raise RuntimeError(f"{run_dir} holds a run with a different config; use another --out")
+        if stored.get("data_source") != corpus.source:
+            raise RuntimeError(f"{run_dir} was run on {stored.get('data_source')!r}, now the data is "
+                               f"{corpus.source!r}; use another --out")
     else:
         _atomic_write(config_path, json.dumps(record, indent=2).encode())
 
