@@ -28,7 +28,7 @@ def test_smoke_sweep_then_report(tmp_path, capsys):
         assert f"Test PPL under different malicious-client fractions for {family} with IID partition" in tables
     assert "| FedAvg |" in tables and "| FedLNS |" in tables
     assert "\\begin{tabular}{lc}" in (report / "tables.tex").read_text()
-    assert (report / "tables.csv").read_text().count("\n") == 1 + 6 * 3
+    assert (report / "tables.csv").read_text().count("\n") == 1 + 6 * 4
     for name in ("perplexity_vs_fraction.png", "perplexity_per_round.png", "detection_rates.png"):
         assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a second sweep finds everything finished

@@ -23,6 +23,8 @@ from .run import read_records
 FAMILY_NAMES = {"gpt": "GPT / WikiText", "bert": "BERT / Shakespeare", "llama": "LLaMA / StackOverflow"}
 PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 METRICS = {"eval_loss": "Test Loss", "perplexity": "Test PPL", "entropy": "Semantic Entropy"}
+# Not in the paper: how stable the end of training is (the paper's best-checkpoint rule hides swings).
+STABILITY = {"last10_perplexity": "PPL of the last 10 rounds (exp of their mean loss; not a paper table)"}
 
 
 def load_runs(root: str | Path) -> list[dict]:
@@ -45,7 +47,8 @@ def load_runs(root: str | Path) -> list[dict]:
             "coverage": config["activation_coverage"], "rounds": config["rounds"], "completed": trained[-1]["round"],
             "best_round": best["round"], "eval_loss": best["eval_loss"], "perplexity": _ppl(best),
             "entropy": best["entropy"], "initial_perplexity": _ppl(records[0]) if records[0]["round"] == 0 else None,
-            "final_perplexity": _ppl(trained[-1]), "selects_clients": any(r.get("selects_clients") for r in trained),
+            "final_perplexity": _ppl(trained[-1]),
+            "last10_perplexity": _exp_mean_loss(trained[-10:]), "selects_clients": any(r.get("selects_clients") for r in trained),
             **totals, **detection_rates(**totals),
             "client_time_s": sum(r["client_time_s"] for r in trained),
             "server_time_s": sum(r["server_time_s"] for r in trained),
@@ -63,6 +66,11 @@ def family_label(family: str, runs: list[dict]) -> str:
     if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
         return f"{FAMILY_NAMES[family].split(' /')[0]} / synthetic corpus"
     return FAMILY_NAMES[family]
+
+
+def _exp_mean_loss(records: list[dict]) -> float:
+    losses = [r["eval_loss"] for r in records]
+    return float("inf") if any(x is None for x in losses) else min(math.exp(float(np.mean(losses))), float("inf"))
 
 
 def _ppl(record: dict) -> float:
@@ -124,7 +132,7 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
             fractions = sorted({s["fraction"] for s in subset})
             methods = _ordered_methods({s["method"] for s in subset})
             groups = _group(subset, ("method", "fraction"))
-            for metric, title in METRICS.items():
+            for metric, title in {**METRICS, **STABILITY}.items():
                 cells = {key: mean_std([s[metric] for s in runs]) + (len(runs),) for key, runs in groups.items()}
                 tables.append({"family": family, "partition": partition, "metric": metric,
                                "title": f"{title} under different malicious-client fractions for "
