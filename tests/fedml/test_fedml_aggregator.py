@@ -1,0 +1,260 @@
+"""FedLNSServerAggregator on hand-built (sample_num, state_dict) lists, as FedML's servers pass them."""
+
+import json
+import types
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+from fedml.core import Context
+
+from fedlns_core import FedLNS
+from fedlns_fedml import FedLNSServerAggregator, RoundRecord
+
+N_HONEST, N_DEVIANT = 9, 3
+
+
+def make_model(dtype=torch.float32):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(OrderedDict(
+        fc=torch.nn.Linear(4, 8), ln=torch.nn.LayerNorm(8), head=torch.nn.Linear(8, 3)))
+    return model.to(dtype)
+
+
+def upload(model, seed, ln_shift=0.0):
+    """A client's returned state dict: small noise everywhere, plus a shift of the LayerNorm."""
+    generator = torch.Generator().manual_seed(seed)
+    state = OrderedDict()
+    for key, value in model.state_dict().items():
+        noise = 0.01 * torch.randn(value.shape, generator=generator, dtype=torch.float32)
+        if key.startswith("ln."):
+            noise = noise + ln_shift
+        state[key] = (value.float() + noise).to(value.dtype)
+    return state
+
+
+def federation(model):
+    """Nine honest clients and three whose LayerNorm moved a lot, in a shuffled list order."""
+    entries = [(100 + 10 * i, upload(model, seed=i)) for i in range(N_HONEST)]
+    entries += [(100, upload(model, seed=50 + i, ln_shift=0.5)) for i in range(N_DEVIANT)]
+    order = np.random.default_rng(1).permutation(len(entries))
+    return [entries[i] for i in order], [int(i) >= N_HONEST for i in order]
+
+
+def make_aggregator(model, client_ids=None, **kwargs):
+    args = types.SimpleNamespace()
+    if client_ids is not None:
+        args.client_id_list = json.dumps(client_ids)
+    kwargs.setdefault("screener", FedLNS(activation_threshold=10, random_state=0))
+    return FedLNSServerAggregator(model, args, **kwargs)
+
+
+def clone(entries):
+    return [(n, OrderedDict((k, v.clone()) for k, v in sd.items())) for n, sd in entries]
+
+
+@pytest.fixture(autouse=True)
+def empty_context():
+    """FedML's Context is a process-wide singleton: no round ids leak between tests."""
+    Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, None)
+    yield
+    Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, None)
+
+
+def test_positions_map_to_fedml_client_ids_and_deviants_are_rejected():
+    model = make_model()
+    entries, deviant = federation(model)
+    client_ids = [700 + 3 * k for k in range(len(entries))]  # FedML's edge ids, not positions
+    aggregator = make_aggregator(model, client_ids)
+
+    kept, positions = aggregator.on_before_aggregation(entries)
+
+    record = aggregator.records[-1]
+    assert isinstance(record, RoundRecord) and record.screening.active
+    assert record.client_ids == tuple(client_ids)
+    deviant_ids = {client_ids[k] for k in range(len(entries)) if deviant[k]}
+    assert set(record.rejected) == deviant_ids
+    assert all(reason.startswith("screened:") for reason in record.rejected.values())
+    assert positions == [k for k in range(len(entries)) if not deviant[k]]
+    assert [id(sd) for _, sd in kept] == [id(entries[k][1]) for k in positions]
+    assert set(aggregator.screener.bank.ids) == set(client_ids)
+
+
+def test_retained_models_are_sample_weighted_around_the_global_copy():
+    model = make_model()
+    entries, deviant = federation(model)
+    aggregator = make_aggregator(model, list(range(1, len(entries) + 1)))
+    global_before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    kept, positions = aggregator.on_before_aggregation(entries)
+    new_global = aggregator.aggregate(kept)
+
+    weights = aggregator.records[-1].screening.weights
+    total = sum(entries[k][0] for k in positions)
+    assert weights == pytest.approx({k + 1: entries[k][0] / total for k in positions})
+    for key, reference in global_before.items():
+        expected = reference.double() + sum(
+            entries[k][0] / total * (entries[k][1][key].double() - reference.double()) for k in positions)
+        torch.testing.assert_close(new_global[key].double(), expected, rtol=0, atol=1e-6)
+        assert new_global[key].dtype == reference.dtype
+    assert isinstance(new_global, OrderedDict) and list(new_global) == list(global_before)
+
+
+def test_warm_up_holds_the_global_model():
+    model = make_model()
+    entries, _ = federation(model)
+    aggregator = make_aggregator(model, list(range(len(entries))),
+                                 screener=FedLNS(activation_threshold=50, random_state=0))
+    kept, positions = aggregator.on_before_aggregation(entries)
+    assert kept == [] and positions == []
+    assert not aggregator.records[-1].screening.active
+    new_global = aggregator.aggregate(kept)
+    for key, value in model.state_dict().items():
+        assert torch.equal(new_global[key], value)
+
+
+def test_bad_entries_are_rejected_with_reasons_and_the_round_goes_on():
+    model = make_model()
+    entries, deviant = federation(model)
+    good = upload(model, seed=99)
+    nan_state = OrderedDict(good, **{"fc.weight": good["fc.weight"].clone().fill_(float("nan"))})
+    missing = OrderedDict((k, v) for k, v in good.items() if k != "head.bias")
+    wrong_shape = OrderedDict(good, **{"ln.weight": torch.ones(9)})
+    not_a_tensor = OrderedDict(good, **{"ln.bias": "zeros"})
+    bad = [(100, nan_state), (100, missing), (100, wrong_shape), (0, good), (-5, good),
+           (None, good), ("not", "a pair", "at all"), (100, not_a_tensor)]
+    all_entries = entries + bad
+    client_ids = [f"edge-{k}" for k in range(len(all_entries))]
+    aggregator = make_aggregator(model, client_ids)
+
+    kept, positions = aggregator.on_before_aggregation(all_entries)
+    new_global = aggregator.aggregate(kept)
+
+    rejected = aggregator.records[-1].rejected
+    bad_ids = client_ids[len(entries):]
+    expected_words = ["non-finite", "missing key", "shape", "positive", "positive", "positive",
+                      "pair", "expected a real tensor"]
+    for client_id, word in zip(bad_ids, expected_words):
+        assert rejected[client_id].startswith("invalid:") and word in rejected[client_id], rejected[client_id]
+    assert not set(bad_ids) & set(aggregator.screener.bank.ids)
+    assert positions == [k for k in range(len(entries)) if not deviant[k]]
+    assert all(torch.isfinite(value).all() for value in new_global.values())
+
+
+def test_inputs_are_not_mutated():
+    model = make_model()
+    entries, _ = federation(model)
+    before = clone(entries)
+    model_before = {k: v.clone() for k, v in model.state_dict().items()}
+    aggregator = make_aggregator(model, list(range(len(entries))))
+    new_global = aggregator.aggregate(aggregator.on_before_aggregation(entries)[0])
+    for (n, state), (n0, state0) in zip(entries, before):
+        assert n == n0 and all(torch.equal(state[k], state0[k]) for k in state0)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, model_before[key])            # aggregate() does not install
+    new_global["ln.weight"].add_(1.0)                             # nor is it a view of anything
+    assert torch.equal(aggregator.global_state["ln.weight"], model_before["ln.weight"])
+
+
+def test_global_copy_ignores_in_place_training_and_follows_set_model_params():
+    model = make_model()
+    aggregator = make_aggregator(model, [1, 2])
+    initial = aggregator.global_state
+    with torch.no_grad():                                         # sp: clients train this very model
+        model.ln.weight.add_(3.0)
+    assert torch.equal(aggregator.global_state["ln.weight"], initial["ln.weight"])
+    installed = upload(model, seed=5)
+    aggregator.set_model_params(installed)
+    assert torch.equal(aggregator.global_state["ln.weight"], installed["ln.weight"])
+    assert torch.equal(model.ln.weight.detach(), installed["ln.weight"])
+
+
+def test_client_id_sources_in_order_of_preference():
+    model = make_model()
+    entries, _ = federation(model)
+    count = len(entries)
+    aggregator = make_aggregator(model, list(range(100, 100 + count)))
+    Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, list(range(200, 200 + count)))
+
+    aggregator.set_round_client_ids([f"c{k}" for k in range(count)])
+    aggregator.on_before_aggregation(entries)
+    assert aggregator.records[-1].client_ids[0] == "c0"           # explicit ids, used once
+    aggregator.on_before_aggregation(entries)
+    assert aggregator.records[-1].client_ids[0] == 100            # then args.client_id_list
+
+    no_list = make_aggregator(model)
+    no_list.on_before_aggregation(entries)
+    assert no_list.records[-1].client_ids[0] == 200               # then FedML's Context
+
+    Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, [1, 2])
+    with pytest.raises(RuntimeError, match="cannot name"):
+        no_list.on_before_aggregation(entries)
+    no_list.set_round_client_ids([1, 2, 3])
+    with pytest.raises(ValueError, match="3 ids for a list of"):
+        no_list.on_before_aggregation(entries)
+
+
+def test_aggregate_alone_screens_first_as_on_the_cross_device_server():
+    model = make_model()
+    entries, deviant = federation(model)
+    aggregator = make_aggregator(model, list(range(len(entries))))
+    new_global = aggregator.aggregate(entries)
+    record = aggregator.records[-1]
+    assert set(record.rejected) == {k for k in range(len(entries)) if deviant[k]}
+    reference = make_aggregator(make_model(), list(range(len(entries))))
+    expected = reference.aggregate(reference.on_before_aggregation(entries)[0])
+    for key in expected:
+        torch.testing.assert_close(new_global[key], expected[key])
+
+
+def test_user_rule_aggregates_the_retained_updates():
+    model = make_model()
+    entries, deviant = federation(model)
+
+    def coordinate_median(updates, num_examples):
+        keys = next(iter(updates.values())).keys()
+        return {key: np.median(np.stack([update[key] for update in updates.values()]), axis=0) for key in keys}
+
+    aggregator = make_aggregator(model, list(range(len(entries))), rule=coordinate_median)
+    kept, positions = aggregator.on_before_aggregation(entries)
+    new_global = aggregator.aggregate(kept)
+    base = model.state_dict()["head.weight"].double()
+    median = torch.stack([entries[k][1]["head.weight"].double() - base for k in positions]).median(dim=0)
+    # torch's median takes the lower middle value; numpy's averages the two (9 retained: same).
+    torch.testing.assert_close(new_global["head.weight"].double(), base + median.values, rtol=0, atol=1e-6)
+
+
+def test_half_precision_models_come_back_in_their_dtype():
+    model = make_model(torch.bfloat16)
+    entries, deviant = federation(model)
+    aggregator = make_aggregator(model, list(range(len(entries))))
+    new_global = aggregator.aggregate(aggregator.on_before_aggregation(entries)[0])
+    assert set(aggregator.records[-1].rejected) == {k for k in range(len(entries)) if deviant[k]}
+    assert all(value.dtype == torch.bfloat16 for value in new_global.values())
+
+
+def test_decisions_are_logged_and_the_screener_resumes(tmp_path):
+    model = make_model()
+    entries, deviant = federation(model)
+    state_path, log_path = tmp_path / "screener.npz", tmp_path / "decisions.jsonl"
+    client_ids = list(range(len(entries)))
+    first = make_aggregator(model, client_ids, state_path=state_path, log_path=log_path)
+    first.on_before_aggregation(entries)
+
+    second = make_aggregator(model, client_ids, state_path=state_path, log_path=log_path,
+                             screener=FedLNS(activation_threshold=999))
+    assert second.screener.round_ == 1 and second.screener.activation_threshold == 10
+    second.on_before_aggregation(entries)
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [line["screening"]["round"] for line in lines] == [0, 1]
+    assert sorted(lines[1]["screening"]["rejected"]) == sorted(
+        str(k) for k in client_ids if deviant[k])
+
+
+def test_constructor_rejects_a_missing_screener_and_fhe():
+    model = make_model()
+    with pytest.raises(TypeError, match="FedLNS"):
+        FedLNSServerAggregator(model, types.SimpleNamespace(), screener=None)
+    with pytest.raises(ValueError, match="encrypted"):
+        FedLNSServerAggregator(model, types.SimpleNamespace(enable_fhe=True), screener=FedLNS())
