@@ -258,3 +258,30 @@ def test_constructor_rejects_a_missing_screener_and_fhe():
         FedLNSServerAggregator(model, types.SimpleNamespace(), screener=None)
     with pytest.raises(ValueError, match="encrypted"):
         FedLNSServerAggregator(model, types.SimpleNamespace(enable_fhe=True), screener=FedLNS())
+
+
+def test_cross_silo_server_aggregator_runs_the_hooks_and_maps_kept_indices_to_edge_ids():
+    """FedML's own cross-silo FedMLAggregator: uploads stored by client_real_ids.index(sender)."""
+    from fedml.cross_silo.server.fedml_aggregator import FedMLAggregator
+
+    model = make_model()
+    entries, deviant = federation(model)
+    edge_ids = [40 + 7 * k for k in range(len(entries))]
+    args = types.SimpleNamespace(client_id_list=json.dumps(edge_ids), dataset="hand_built",
+                                 round_idx=0, comm_round=1, frequency_of_the_test=1)
+    aggregator = FedLNSServerAggregator(model, args, screener=FedLNS(activation_threshold=10, random_state=0))
+    server = FedMLAggregator(None, None, 0, {}, {}, {}, len(edge_ids), torch.device("cpu"), args, aggregator)
+    Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, edge_ids)
+    for sender_id, (sample_num, state) in reversed(list(zip(edge_ids, entries))):   # any arrival order
+        server.add_local_trained_result(edge_ids.index(sender_id), state, sample_num)
+    assert server.check_whether_all_receive()
+
+    global_params, model_list, kept_indexes = server.aggregate()
+
+    # What FedMLServerManager does next with the indexes: they must name the retained edges.
+    kept_edges = [edge_ids[index] for index in kept_indexes]
+    assert kept_edges == [edge_ids[k] for k in range(len(entries)) if not deviant[k]]
+    assert kept_edges == list(aggregator.records[-1].screening.retained)
+    assert len(model_list) == len(kept_indexes)
+    assert torch.equal(aggregator.global_state["ln.weight"], global_params["ln.weight"])
+    assert torch.equal(model.ln.weight.detach(), global_params["ln.weight"])   # installed by FedML
