@@ -242,7 +242,7 @@ def _best_per_column(table):
 
 def detection_table(summaries: list[dict]) -> str:
     """Kept/rejected against the ground truth, summed over the rounds where a method decided (Markdown)."""
-    lines = ["| Model | Partition | Malicious | Method | TPR | FPR | Precision | Rejected / decided rounds |",
+    lines = ["| Model | Partition | Malicious | Method | TPR | FPR | Precision | Rejected updates |",
              "|---|---|---|---|---|---|---|---|"]
     for (family, partition, fraction, method), runs in sorted(
             _group(summaries, ("family", "partition", "fraction", "method")).items(),
