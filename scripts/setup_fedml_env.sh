@@ -20,15 +20,21 @@ python="${PYTHON:-python3}"
 stamp="$venv/.fedlns-recipe"
 recipe_hash="$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)"
 
-if [[ "${1:-}" != "--force" && -f "$stamp" && "$(cat "$stamp")" == "$recipe_hash" ]]; then
+if [[ "${1:-}" != "--force" && -f "$stamp" && -x "$venv/bin/python" \
+      && "$(cat "$stamp")" == "$recipe_hash" ]]; then
     echo "setup_fedml_env: $venv is up to date (recipe $recipe_hash)"
     exit 0
 fi
 
 start=$(date +%s)
+# Only ever delete what is a virtual environment (or an unfinished one of ours).
+if [[ -e "$venv" && ! -f "$venv/pyvenv.cfg" ]]; then
+    echo "setup_fedml_env: $venv exists and is not a virtual environment; not touching it" >&2
+    exit 1
+fi
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install --no-input --progress-bar off)
+pip=("$venv/bin/python" -m pip install --quiet --no-input --progress-bar off)
 
 # 1. CPU torch first, pinned: a bare `torch` resolves to a multi-GB CUDA build.
 #    The machines carry the 2.13.0+cpu wheel in pip's find-links; `==2.13.0` matches
@@ -60,7 +66,7 @@ import numpy, torch
 assert int(numpy.__version__.split('.')[0]) >= 2, numpy.__version__
 assert not torch.cuda.is_available() and torch.__version__.endswith('+cpu'), torch.__version__
 import _import_stubs; _import_stubs.install()
-import fedml, fedlns_core
+import fedml, fedlns_core, fedlns_fedml
 from fedml.simulation.sp.fedavg import FedAvgAPI
 print('setup_fedml_env: fedml', fedml.__version__, 'torch', torch.__version__, 'numpy', numpy.__version__)
 "
