@@ -10,26 +10,25 @@ from what a server holds (global weights, client weights, example counts) to the
 * FedAvg (core): ``fedlns_core.weighted_average``, the averaging FedLNS itself uses, to separate the
   screening overhead from differences between the two averaging codes.
 
-Wall time is the best of ``ROUNDS`` runs (the machine is shared, so the minimum is the least disturbed);
+Wall time is the best of several runs (the machine is shared, so the minimum is the least disturbed);
 peak memory is measured in a separate untimed run with ``tracemalloc`` (numpy reports its buffers to it)
 and is the peak of new allocations above what the inputs already hold.
 
-Run the table (pytest-benchmark under the hood)::
-
-    .venv/bin/python benchmarks/bench_aggregators.py
-
-or only the pytest-benchmark tests::
+The pytest-benchmark tests (one per method, ``ROUNDS`` runs each)::
 
     .venv/bin/pytest benchmarks/bench_aggregators.py --benchmark-only
+
+The side-by-side table of ``docs/performance.md`` (rounds interleaved across methods, so that load from
+other processes on a shared machine falls on all methods alike; ``BENCH_ROUNDS`` sets the count)::
+
+    .venv/bin/python benchmarks/bench_aggregators.py
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import tempfile
+import statistics
+import time
 import tracemalloc
 
 import numpy as np
@@ -140,33 +139,42 @@ def test_server_step(benchmark, one_round, method):
     assert all(np.isfinite(new[key]).all() for key in ("transformer.h.0.ln_1.weight", "transformer.wpe.weight"))
 
 
-def table(results_json):
-    """Markdown table (ratios to FedAvg) from a pytest-benchmark JSON file."""
-    with open(results_json) as handle:
-        report = json.load(handle)
-    rows = {bench["params"]["method"]: bench for bench in report["benchmarks"]}
-    base = rows["FedAvg"]
-    lines = ["| Method | Wall time (s, best of %d) | x FedAvg | Peak extra memory (MiB) | x FedAvg |" % ROUNDS,
-             "|---|---:|---:|---:|---:|"]
-    for method in METHODS:
-        bench = rows[method]
-        seconds, peak = bench["stats"]["min"], bench["extra_info"]["peak_mib"]
-        lines.append(f"| {method} | {seconds:.2f} | {seconds / base['stats']['min']:.2f} | {peak:,.0f} | "
-                     f"{peak / base['extra_info']['peak_mib']:.2f} |")
-    core = rows["FedAvg (core weighted_average)"]
-    lines.append("")
-    lines.append(f"FedLNS / FedAvg (core weighted_average), the screening overhead alone: "
-                 f"{rows['FedLNS']['stats']['min'] / core['stats']['min']:.2f}x wall time.")
+def measure(rounds=5):
+    """Interleaved timing: each round runs every method once, so a burst of load from other processes
+    on a shared machine hits all methods alike; returns {method: (times, peak_mib)}."""
+    global_params, clients, counts = make_round()
+    peaks = {method: peak_mib(function, global_params, clients, counts) for method, function in METHODS.items()}
+    times = {method: [] for method in METHODS}
+    cpu = {method: [] for method in METHODS}
+    for _ in range(rounds):
+        for method, function in METHODS.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            function(global_params, clients, counts)
+            times[method].append(time.perf_counter() - start)
+            cpu[method].append(time.process_time() - start_cpu)
+    return {method: (times[method], peaks[method], cpu[method]) for method in METHODS}
+
+
+def table(results, rounds):
+    """Markdown table: wall time (best and median of ``rounds``), CPU time (best; all threads of this process,
+    less disturbed by other processes) and peak memory, with ratios to FedAvg."""
+    base_time, base_peak, base_cpu = min(results["FedAvg"][0]), results["FedAvg"][1], min(results["FedAvg"][2])
+    lines = [f"| Method | Wall, best of {rounds} (s) | x FedAvg | Wall, median (s) | CPU, best (s) | x FedAvg "
+             "| Peak extra memory (MiB) | x FedAvg |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for method, (times, peak, cpu) in results.items():
+        best, best_cpu = min(times), min(cpu)
+        lines.append(f"| {method} | {best:.2f} | {best / base_time:.2f} | {statistics.median(times):.2f} | "
+                     f"{best_cpu:.2f} | {best_cpu / base_cpu:.2f} | {peak:,.0f} | {peak / base_peak:.2f} |")
+    core, core_cpu = min(results["FedAvg (core weighted_average)"][0]), min(results["FedAvg (core weighted_average)"][2])
+    lines += ["", f"FedLNS / FedAvg (core weighted_average), the screening overhead alone: "
+                  f"{min(results['FedLNS'][0]) / core:.2f}x wall time, {min(results['FedLNS'][2]) / core_cpu:.2f}x CPU time."]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as folder:
-        output = os.path.join(folder, "bench.json")
-        command = [sys.executable, "-m", "pytest", __file__, "-q", "--benchmark-only",
-                   f"--benchmark-json={output}", "--benchmark-columns=min,median,max"]
-        completed = subprocess.run(command, check=False)
-        if completed.returncode != 0:
-            sys.exit(completed.returncode)
-        print()
-        print(table(output))
+    ROUNDS_MAIN = int(os.environ.get("BENCH_ROUNDS", "5"))
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    measured = measure(ROUNDS_MAIN)
+    print(f"load average after: {os.getloadavg()}")
+    print(table(measured, ROUNDS_MAIN))
