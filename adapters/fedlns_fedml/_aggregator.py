@@ -89,7 +89,7 @@ class FedLNSAggregatorMixin:
       warms up (``warmup="hold"``) or when nothing is retained it returns ``w_t``
       unchanged (Eq. (FedLNS_skip_update)). Called without a preceding
       ``on_before_aggregation`` (FedML's cross-device server does that), it screens the
-      list itself first.
+      list itself first; after one, it must get the list that hook returned.
 
     Parameters
     ----------
@@ -200,9 +200,14 @@ class FedLNSAggregatorMixin:
         """Aggregate the retained entries (screening them first if ``on_before_aggregation`` did not)."""
         entries = list(raw_client_model_or_grad_list)
         pending, self._pending = self._pending, None
-        if pending is None or tuple(id(_second(entry)) for entry in entries) != pending.handed_out:
+        if pending is None:
             client_ids = self._round_client_ids(len(entries))
             pending = self._screen(entries, list(client_ids), client_ids, list(range(len(entries))))
+        elif tuple(id(_second(entry)) for entry in entries) != pending.handed_out:
+            # Screening again would count the round twice in the bank; refuse instead.
+            raise RuntimeError(
+                "aggregate() got a different list from the one on_before_aggregation() returned "
+                f"for round {pending.record.screening.round}; pass the returned list unchanged")
         result = pending.record.screening
         new_global = result.aggregate(pending.global_arrays, pending.client_arrays, rule=self.rule)
         return to_state_dict(new_global, self._global_state)

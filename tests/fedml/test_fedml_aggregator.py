@@ -285,3 +285,25 @@ def test_cross_silo_server_aggregator_runs_the_hooks_and_maps_kept_indices_to_ed
     assert len(model_list) == len(kept_indexes)
     assert torch.equal(aggregator.global_state["ln.weight"], global_params["ln.weight"])
     assert torch.equal(model.ln.weight.detach(), global_params["ln.weight"])   # installed by FedML
+
+
+def test_aggregate_refuses_a_list_other_than_the_one_handed_out():
+    model = make_model()
+    entries, _ = federation(model)
+    aggregator = make_aggregator(model, list(range(len(entries))))
+    kept, _ = aggregator.on_before_aggregation(entries)
+    with pytest.raises(RuntimeError, match="different list"):
+        aggregator.aggregate(clone(kept))
+    assert aggregator.screener.round_ == 1                       # the round was not screened twice
+
+
+def test_integer_buffers_of_batch_norm_pass_through():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(OrderedDict(fc=torch.nn.Linear(4, 8), bn=torch.nn.BatchNorm1d(8),
+                                            ln=torch.nn.LayerNorm(8)))
+    entries, _ = federation(model)
+    aggregator = make_aggregator(model, list(range(len(entries))))
+    new_global = aggregator.aggregate(aggregator.on_before_aggregation(entries)[0])
+    assert new_global["bn.num_batches_tracked"].dtype == torch.int64
+    assert set(new_global) == set(model.state_dict())
+    model.load_state_dict(new_global)

@@ -138,3 +138,15 @@ def test_sp_simulation_screens_out_the_attackers_once_the_bank_is_active(one_thr
     attacked = [r for r in records if r.screening.active and ATTACKERS & set(r.client_ids)]
     assert len(attacked) >= 4                                        # the check above had work to do
     assert honest_loss(model, dataset[3]) < 0.5 * loss_before       # the retained updates helped
+
+
+def test_attach_refuses_other_simulations_and_a_second_aggregator():
+    args, dataset, model = fedml_args(), fedml_dataset(), TinyNextTokenModel()
+    aggregator = FedLNSServerAggregator(model, args, screener=FedLNS(activation_threshold=ACTIVATION))
+    runner = FedMLRunner(args, torch.device("cpu"), dataset, model)
+    api = attach_to_sp_fedavg(runner.runner, aggregator)             # the simulator works too
+    assert api is runner.runner.fl_trainer
+    with pytest.raises(RuntimeError, match="already"):
+        attach_to_sp_fedavg(api, aggregator)
+    with pytest.raises(TypeError, match="single-process FedAvg"):
+        attach_to_sp_fedavg(types.SimpleNamespace(runner=object()), aggregator)
