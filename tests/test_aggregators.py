@@ -324,6 +324,7 @@ def brute_force_krum_scores(stacked, f):
 
 
 def test_fedavg_matches_flower_aggregate():
+    pytest.importorskip("flwr", reason="the Flower oracle needs the flower extra")
     from flwr.server.strategy.aggregate import aggregate
 
     updates = random_updates(7, seed=1)
@@ -335,6 +336,7 @@ def test_fedavg_matches_flower_aggregate():
 
 @pytest.mark.parametrize("n_clients", [5, 20])
 def test_median_matches_flower(n_clients):
+    pytest.importorskip("flwr", reason="the Flower oracle needs the flower extra")
     from flwr.server.strategy.aggregate import aggregate_median
 
     updates = random_updates(n_clients, seed=n_clients)
@@ -345,6 +347,7 @@ def test_median_matches_flower(n_clients):
 
 @pytest.mark.parametrize("fraction", [0.0, 0.1, 0.2, 0.3, 0.4])
 def test_trimmed_mean_matches_flower_and_scipy(fraction):
+    pytest.importorskip("flwr", reason="the Flower oracle needs the flower extra")
     from flwr.server.strategy.aggregate import aggregate_trimmed_avg
     from flwr.serverapp.strategy.fedtrimmedavg import trim_mean as flower_trim_mean
     from scipy.stats import trim_mean
@@ -362,6 +365,7 @@ def test_trimmed_mean_matches_flower_and_scipy(fraction):
 
 @pytest.mark.parametrize("fraction", [0.1, 0.4])
 def test_multi_krum_matches_flower(fraction):
+    pytest.importorskip("flwr", reason="the Flower oracle needs the flower extra")
     from flwr.app import ArrayRecord, RecordDict
     from flwr.server.strategy.aggregate import aggregate_krum
     from flwr.serverapp.strategy.multikrum import select_multikrum
