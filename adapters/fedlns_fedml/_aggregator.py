@@ -77,7 +77,9 @@ class FedLNSAggregatorMixin:
 
     - ``set_model_params`` also keeps a detached copy of the weights it installs: that
       copy is the global model ``w_t`` broadcast next round, against which signatures
-      are taken. The copy made at construction is ``w_0``.
+      are taken. The copy made at construction is ``w_0``; each ``aggregate`` result
+      replaces it too (FedML's cross-device server broadcasts that result without
+      calling ``set_model_params``).
     - ``on_before_aggregation(list)`` first runs the wrapped aggregator's own hook
       (FedML's DP clipping, attack simulation and built-in defenses), then reads each
       ``(sample_num, state_dict)`` entry, screens the readable ones with
@@ -209,8 +211,13 @@ class FedLNSAggregatorMixin:
                 "aggregate() got a different list from the one on_before_aggregation() returned "
                 f"for round {pending.record.screening.round}; pass the returned list unchanged")
         result = pending.record.screening
-        new_global = result.aggregate(pending.global_arrays, pending.client_arrays, rule=self.rule)
-        return to_state_dict(new_global, self._global_state)
+        new_global = to_state_dict(
+            result.aggregate(pending.global_arrays, pending.client_arrays, rule=self.rule), self._global_state)
+        # The result is the next broadcast w_{t+1}. The cross-device server sends it without
+        # calling set_model_params; where set_model_params follows (cross-silo, sp), it
+        # replaces this copy with what was finally installed (e.g. after central DP noise).
+        self._global_state = snapshot(new_global)
+        return new_global
 
     # ------------------------------------------------------------------ internals
 

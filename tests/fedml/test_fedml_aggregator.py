@@ -153,17 +153,22 @@ def test_inputs_are_not_mutated():
         assert n == n0 and all(torch.equal(state[k], state0[k]) for k in state0)
     for key, value in model.state_dict().items():
         assert torch.equal(value, model_before[key])            # aggregate() does not install
-    new_global["ln.weight"].add_(1.0)                             # nor is it a view of anything
-    assert torch.equal(aggregator.global_state["ln.weight"], model_before["ln.weight"])
+    returned = new_global["ln.weight"].clone()
+    new_global["ln.weight"].add_(1.0)                             # nor is it a view of its copy
+    assert torch.equal(aggregator.global_state["ln.weight"], returned)
 
 
-def test_global_copy_ignores_in_place_training_and_follows_set_model_params():
+def test_global_copy_ignores_in_place_training_and_follows_aggregate_and_set_model_params():
     model = make_model()
     aggregator = make_aggregator(model, [1, 2])
     initial = aggregator.global_state
     with torch.no_grad():                                         # sp: clients train this very model
         model.ln.weight.add_(3.0)
     assert torch.equal(aggregator.global_state["ln.weight"], initial["ln.weight"])
+    entries, _ = federation(model)
+    aggregator.set_round_client_ids(list(range(len(entries))))
+    returned = aggregator.aggregate(entries)                      # as on the cross-device server
+    assert torch.equal(aggregator.global_state["fc.weight"], returned["fc.weight"])
     installed = upload(model, seed=5)
     aggregator.set_model_params(installed)
     assert torch.equal(aggregator.global_state["ln.weight"], installed["ln.weight"])
