@@ -49,16 +49,21 @@ def check_global_params(global_params) -> dict[str, np.ndarray]:
 
 
 def all_finite(array: np.ndarray) -> bool:
-    """True when every value is finite; one summing pass for the common case."""
+    """True when every value is finite, reading a large array once and allocating nothing."""
     if array.dtype.kind not in "fc":
         return True
     if array.size <= 65536:
         return bool(np.isfinite(array).all())
-    # Large arrays: one summing pass without a boolean temporary. A non-finite sum means NaN/Inf or an
-    # overflow; only then pay for the exact check.
+    flat = array.reshape(-1)
+    # A dot product (BLAS, about twice as fast as np.sum here) or a sum is NaN/Inf when any value is,
+    # or when it overflows; only then pay for the exact elementwise check.
     with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(np.sum(array)):
-            return True
+        if flat.dtype in (np.float32, np.float64) and flat.flags.c_contiguous:
+            probe = np.dot(flat, flat)
+        else:
+            probe = np.sum(flat)
+    if np.isfinite(probe):
+        return True
     return bool(np.isfinite(array).all())
 
 

@@ -275,3 +275,17 @@ def test_inputs_are_never_mutated():
     assert isinstance(result, ScreeningResult)
     with pytest.raises(AttributeError):
         result.retained = ()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_value_deep_in_a_large_array_is_found(dtype, bad):
+    g = make_global()
+    g["wte.weight"] = np.full((400, 300), 1e3, dtype=dtype)          # large: takes the one-pass probe
+    clients = make_clients(g, range(6))
+    clients[4]["wte.weight"] = clients[4]["wte.weight"].copy()
+    clients[4]["wte.weight"][399, 299] = bad
+    clients[5]["wte.weight"] = np.full((400, 300), np.finfo(dtype).max / 2, dtype=dtype)  # finite, overflows the probe
+    result = FedLNS(activation_threshold=0, random_state=0).screen(g, clients, counts_for(clients))
+    assert result.rejected[4] == "invalid: non-finite values in 'wte.weight'"
+    assert 5 not in result.rejected or not result.rejected[5].startswith("invalid")
