@@ -78,6 +78,7 @@ def main(argv=None) -> int:
 
     quick = commands.add_parser("quickstart", help="FedAvg vs FedLNS at 40%% malicious in a few minutes")
     quick.add_argument("--data", default=None)
+    quick.add_argument("--family", choices=FAMILIES, default="gpt")
     quick.add_argument("--out", default="runs/quickstart")
     quick.add_argument("--no-progress", action="store_true")
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     if args.command == "report":
         return _report(args.runs, args.out, not args.no_plots)
     if args.command == "quickstart":
-        return quickstart(args.data, args.out, not args.no_progress)
+        return quickstart(args.data, args.out, not args.no_progress, args.family)
 
     overrides = _overrides(args)
     out = Path(args.out or f"runs/{args.preset}")
@@ -126,8 +127,8 @@ def _report(runs, out, plots) -> int:
     return 0
 
 
-def quickstart(data=None, out="runs/quickstart", progress=True) -> int:
-    """FedAvg vs FedLNS on GPT, IID, 40% malicious, CPU preset; prints the table and the plot's path."""
+def quickstart(data=None, out="runs/quickstart", progress=True, family="gpt") -> int:
+    """FedAvg vs FedLNS, IID, 40% malicious, CPU preset (GPT by default); prints the table and the plot's path."""
     from .data import resolve_data_dir
     from .report import to_markdown, write_report
     from .sweep import sweep, sweep_configs
@@ -135,9 +136,9 @@ def quickstart(data=None, out="runs/quickstart", progress=True) -> int:
     data_dir = resolve_data_dir(data or "")
     print(f"data: {data_dir if data_dir else 'synthetic corpus (no data folder found)'}")
     if data_dir is not None:
-        configs = sweep_configs("cpu", ("gpt",), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data=str(data_dir))
+        configs = sweep_configs("cpu", (family,), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data=str(data_dir))
     else:   # the synthetic corpus is small: a smaller vocabulary and fewer blocks than the cpu preset's 800
-        configs = sweep_configs("cpu", ("gpt",), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data="synthetic",
+        configs = sweep_configs("cpu", (family,), ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data="synthetic",
                                 vocab_size=512, max_train_blocks=600)
     tic = time.perf_counter()
     summary = sweep(configs, out, progress=progress)

@@ -157,7 +157,8 @@ def gmm_tables(summaries: list[dict]) -> list[dict]:
                                     f"{round(fraction * 100)}% malicious clients. Metric: {title}",
                            "columns": [FAMILY_NAMES[f] for f in families], "fractions": families,
                            "rows": ["fedlns", "fedlns_two"], "cells": cells, "metric": metric,
-                           "row_names": {"fedlns": "BIC 1/2-GMM", "fedlns_two": "Forced 2-GMM"}})
+                           "row_names": {"fedlns": "BIC 1/2-GMM", "fedlns_two": "Forced 2-GMM"},
+                           "row_header": "GMM rule"})
     return tables
 
 
@@ -176,13 +177,13 @@ def bank_tables(summaries: list[dict]) -> list[dict]:
         tables.append({"title": f"Activation rounds, {PARTITION_NAMES[partition]} partition, "
                                 f"{round(fraction * 100)}% malicious", "columns": [FAMILY_NAMES[f] for f in families],
                        "fractions": families, "rows": coverages, "row_names": names, "cells": cells,
-                       "metric": "activation_round", "digits": 1})
+                       "metric": "activation_round", "digits": 1, "row_header": "M_act/K"})
         for metric, title in METRICS.items():
             cells = {key: mean_std([s["early_best"][metric] for s in rs]) + (len(rs),) for key, rs in groups.items()}
             tables.append({"title": f"Bank-coverage ablation, first ten active rounds, {PARTITION_NAMES[partition]} "
                                     f"partition, {round(fraction * 100)}% malicious. Metric: {title}",
                            "columns": [FAMILY_NAMES[f] for f in families], "fractions": families, "rows": coverages,
-                           "row_names": names, "cells": cells, "metric": metric})
+                           "row_names": names, "cells": cells, "metric": metric, "row_header": "M_act/K"})
     return tables
 
 
@@ -194,7 +195,7 @@ def to_markdown(table: dict) -> str:
     """A table as Markdown; the lowest mean per column is bold."""
     names = table.get("row_names", DISPLAY_NAMES)
     best = _best_per_column(table)
-    lines = [f"**{table['title']}**", "", "| Method | " + " | ".join(table["columns"]) + " |",
+    lines = [f"**{table['title']}**", "", f"| {table.get('row_header', 'Method')} | " + " | ".join(table["columns"]) + " |",
              "|---" * (len(table["columns"]) + 1) + "|"]
     for row in table["rows"]:
         cells = []
@@ -213,9 +214,10 @@ def to_latex(table: dict) -> str:
     """A table laid out like the paper's (booktabs, mean $\\pm$ std, best in bold)."""
     names = table.get("row_names", DISPLAY_NAMES)
     best = _best_per_column(table)
-    out = ["\\begin{table}[ht]\\centering", f"\\caption{{{table['title']}.}}",
+    out = ["\\begin{table}[ht]\\centering", "\\caption{" + table["title"].replace("%", "\\%") + ".}",
            "\\begin{tabular}{l" + "c" * len(table["columns"]) + "}", "\\toprule",
-           "Method & " + " & ".join(c.replace("%", "\\%") for c in table["columns"]) + " \\\\", "\\midrule"]
+           table.get("row_header", "Method").replace("M_act", "$M_{\\mathrm{act}}$") + " & "
+           + " & ".join(c.replace("%", "\\%") for c in table["columns"]) + " \\\\", "\\midrule"]
     for row in table["rows"]:
         cells = []
         for column in table["fractions"]:
@@ -225,7 +227,7 @@ def to_latex(table: dict) -> str:
             mean, std, _ = table["cells"][(row, column)]
             text = _cell(mean, std, _digits(table)).replace("±", "$\\pm$")
             cells.append(f"\\textbf{{{text}}}" if best.get(column) == row else text)
-        out.append(f"{names.get(row, row)} & " + " & ".join(cells) + " \\\\")
+        out.append(f"{names.get(row, row)}".replace("%", "\\%") + " & " + " & ".join(cells) + " \\\\")
     out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return "\n".join(out)
 
@@ -301,15 +303,25 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
 
     main = [s for s in summaries if s["coverage"] == 0.5 or s["method"] != "fedlns"]
     panels = sorted({(s["family"], s["partition"]) for s in main},
-                    key=lambda p: (["gpt", "bert", "llama"].index(p[0]), p[1]))
+                    key=lambda p: (p[1], ["gpt", "bert", "llama"].index(p[0])))
     paths = []
     if not panels:
         return paths
     colors = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(METHODS)}
 
+    families = [f for f in ("gpt", "bert", "llama") if any(p[0] == f for p in panels)]
+    partitions = [p for p in ("iid", "noniid") if any(q[1] == p for q in panels)]
+
     def grid():
-        figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-        return figure, axes[0]
+        # rows = partitions, columns = families, as in the paper's figures; one axis per panel, in panel order
+        figure, axes = plt.subplots(len(partitions), len(families), figsize=(4.6 * len(families), 3.9 * len(partitions)),
+                                    squeeze=False)
+        used = [axes[partitions.index(p)][families.index(f)] for f, p in panels]
+        for row in axes:
+            for axis in row:
+                if not any(axis is u for u in used):
+                    axis.set_visible(False)
+        return figure, used
 
     # 1. perplexity vs malicious fraction (bars with error bars when only one fraction was run)
     figure, axes = grid()
@@ -402,7 +414,8 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True) -> dict:
     tables = fraction_tables(summaries) + gmm_tables(summaries) + bank_tables(summaries)
     sources = sorted({s["data_source"] for s in summaries if s["data_source"]})
     learning = [f"| {FAMILY_NAMES[s['family']]} | {PARTITION_NAMES[s['partition']]} | {DISPLAY_NAMES[s['method']]} | "
-                f"{round(s['fraction'] * 100)}% | {s['seed']} | {s['initial_perplexity']:.1f} | {s['perplexity']:.1f} "
+                f"{round(s['fraction'] * 100)}% | {round(s['coverage'] * 100)}% | {s['seed']} | "
+                f"{s['initial_perplexity']:.1f} | {s['perplexity']:.1f} "
                 f"(round {s['best_round']}) | {s['final_perplexity']:.1f} |"
                 for s in summaries if s["initial_perplexity"] is not None]
     markdown = ["# Results", "", f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` "
@@ -413,8 +426,8 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True) -> dict:
     markdown += ["## Detection (positive = rejected)", "", detection_table(summaries),
                  "## Wall time per run (seconds, mean over runs)", "", timing_table(summaries),
                  "## Learning: initial, best and final perplexity per run", "",
-                 "| Model | Partition | Method | Malicious | Seed | Initial | Best | Final |",
-                 "|---|---|---|---|---|---|---|---|", *learning, ""]
+                 "| Model | Partition | Method | Malicious | M_act/K | Seed | Initial | Best | Final |",
+                 "|---|---|---|---|---|---|---|---|---|", *learning, ""]
     (out / "tables.md").write_text("\n".join(markdown))
     (out / "tables.tex").write_text("\n".join(to_latex(t) for t in tables))
     (out / "tables.csv").write_text(tables_csv(tables))
