@@ -24,7 +24,7 @@ def test_smoke_sweep_then_report(tmp_path, capsys):
         assert json.loads((folder / "config.json").read_text())["config"]["rounds"] == 2
         assert len((folder / "rounds.jsonl").read_text().splitlines()) == 3
     tables = (report / "tables.md").read_text()
-    for family in ("GPT / WikiText", "BERT / Shakespeare", "LLaMA / StackOverflow"):
+    for family in ("GPT / synthetic corpus", "BERT / synthetic corpus", "LLaMA / synthetic corpus"):
         assert f"Test PPL under different malicious-client fractions for {family} with IID partition" in tables
     assert "| FedAvg |" in tables and "| FedLNS |" in tables
     assert "\\begin{tabular}{lc}" in (report / "tables.tex").read_text()
