@@ -12,7 +12,7 @@ from fedlns_sim.report import fraction_tables, load_runs, mean_std, to_latex, to
 
 def _fake_run(root, method, seed, losses, entropies):
     """A run folder written by hand: round 0 plus one record per trained round."""
-    config = make_config("smoke", "gpt", method=method, seed=seed)
+    config = make_config("smoke", "gpt", method=method, seed=seed, rounds=len(losses) - 1)
     folder = root / config.run_name()
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"config": config.to_dict(), "data_source": "hand-made"}))
@@ -46,6 +46,16 @@ def test_best_checkpoint_per_seed_then_mean_and_sample_std(tmp_path):
     assert "\\textbf{2.00}" in to_latex(tables["eval_loss"])
 
 
+def test_unfinished_runs_are_left_out(tmp_path):
+    _fake_run(tmp_path, "fedavg", 100, [9.0, 5.0, 3.0], [9.0, 7.0, 5.0])
+    _fake_run(tmp_path, "fedlns", 100, [9.0, 2.0, 2.5], [9.0, 3.0, 3.0])
+    folder = next(p for p in tmp_path.iterdir() if "fedlns" in p.name)
+    lines = (folder / "rounds.jsonl").read_text().splitlines()
+    (folder / "rounds.jsonl").write_text("\n".join(lines[:-1]) + "\n")      # killed before its last round
+    assert [s["method"] for s in load_runs(tmp_path)] == ["fedavg"]
+    assert sorted(s["method"] for s in load_runs(tmp_path, finished_only=False)) == ["fedavg", "fedlns"]
+
+
 def test_mean_std_is_the_sample_standard_deviation():
     assert mean_std([2.0, 4.0]) == (3.0, pytest.approx(math.sqrt(2.0)))
     assert math.isnan(mean_std([2.0])[1])
@@ -59,5 +69,5 @@ def test_write_report_from_files(tmp_path):
     assert names == ["detection_rates.png", "perplexity_per_round.png", "perplexity_vs_fraction.png", "runs.csv",
                      "tables.csv", "tables.md", "tables.tex"]
     assert all(p.stat().st_size > 1000 for p in result["plots"])
-    with pytest.raises(FileNotFoundError, match="no run with completed rounds"):
+    with pytest.raises(FileNotFoundError, match="no finished run"):
         write_report(tmp_path / "empty", tmp_path / "r2")

@@ -27,15 +27,19 @@ METRICS = {"eval_loss": "Test Loss", "perplexity": "Test PPL", "entropy": "Seman
 STABILITY = {"last10_perplexity": "PPL of the last 10 rounds (exp of their mean loss; not a paper table)"}
 
 
-def load_runs(root: str | Path) -> list[dict]:
-    """One summary per run folder under ``root``: its config, best checkpoint, detection totals and timings."""
+def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
+    """One summary per run folder under ``root``: its config, best checkpoint, detection totals and timings.
+
+    Runs still in progress (fewer records than rounds) are left out unless ``finished_only=False``: a table must
+    not mix a method's 40-round result with another's 12-round one.
+    """
     summaries = []
     for config_path in sorted(Path(root).rglob("config.json")):
         meta = json.loads(config_path.read_text())
         config = meta["config"]
         records = read_records(config_path.parent)
         trained = [r for r in records if r["round"] >= 1]
-        if not trained:
+        if not trained or (finished_only and trained[-1]["round"] < config["rounds"]):
             continue
         best = best_checkpoint(records)
         decided = [r for r in trained if r.get("decided") and "tp" in r]
@@ -410,7 +414,8 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     summaries = load_runs(root)
     if not summaries:
-        raise FileNotFoundError(f"no run with completed rounds under {root}")
+        raise FileNotFoundError(f"no finished run under {root}")
+    unfinished = len(load_runs(root, finished_only=False)) - len(summaries)
     tables = fraction_tables(summaries) + gmm_tables(summaries) + bank_tables(summaries)
     sources = sorted({s["data_source"] for s in summaries if s["data_source"]})
     learning = [f"| {FAMILY_NAMES[s['family']]} | {PARTITION_NAMES[s['partition']]} | {DISPLAY_NAMES[s['method']]} | "
@@ -419,7 +424,7 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True) -> dict:
                 f"(round {s['best_round']}) | {s['final_perplexity']:.1f} |"
                 for s in summaries if s["initial_perplexity"] is not None]
     markdown = ["# Results", "", f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` "
-                f"({len(summaries)} runs). Per seed, the checkpoint with the lowest evaluation loss; "
+                f"({len(summaries)} finished runs" + (f"; {unfinished} unfinished left out" if unfinished else "") + "). Per seed, the checkpoint with the lowest evaluation loss; "
                 "mean ± sample standard deviation over seeds (no ± with one seed).", "",
                 "Data: " + "; ".join(sources), ""]
     markdown += [to_markdown(t) for t in tables]
