@@ -76,20 +76,36 @@ def weighted_average(global_params: ParamDict, client_params: Mapping[ClientId, 
             raise ValueError(f"client {client_id!r}: missing key {missing[0]!r}")
     out = {}
     for key, reference in global_params.items():
-        dtype = _compute_dtype(reference.dtype)
-        total = np.zeros(reference.shape, dtype=dtype)
-        scratch = np.empty(reference.shape, dtype=dtype)
-        for client_id, alpha in alphas.items():
+        locals_ = []
+        for client_id in alphas:
             local = np.asarray(client_params[client_id][key])
             if local.shape != reference.shape:
                 raise ValueError(f"client {client_id!r}: key {key!r} has shape {local.shape}, "
                                  f"expected {reference.shape}")
-            np.subtract(local, reference, out=scratch, dtype=dtype, casting="unsafe")
-            scratch *= alpha
-            total += scratch
-        total += reference
-        out[key] = _cast_like(total, reference)
+            locals_.append(local.reshape(-1))
+        out[key] = _cast_like(_blocked_average(reference.reshape(-1), locals_, list(alphas.values()),
+                                               _compute_dtype(reference.dtype)), reference).reshape(reference.shape)
     return out
+
+
+_BLOCK = 1 << 16    # elements per block: the running total and scratch stay in cache across clients
+
+
+def _blocked_average(reference: np.ndarray, locals_: list[np.ndarray], alphas: list[float],
+                     dtype: np.dtype) -> np.ndarray:
+    """``reference + sum_i alphas[i] * (locals_[i] - reference)`` over flat arrays, block by block."""
+    total = np.empty(reference.size, dtype=dtype)
+    scratch = np.empty(min(_BLOCK, reference.size), dtype=dtype)
+    for start in range(0, reference.size, _BLOCK):
+        stop = min(start + _BLOCK, reference.size)
+        base, block, buffer = reference[start:stop], total[start:stop], scratch[: stop - start]
+        block[...] = 0
+        for local, alpha in zip(locals_, alphas):
+            np.subtract(local[start:stop], base, out=buffer, dtype=dtype, casting="unsafe")
+            buffer *= alpha
+            block += buffer
+        block += base
+    return total
 
 
 def apply_rule(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
