@@ -89,6 +89,13 @@ def _early_best(trained: list[dict], activation_round: int, window: int = 10) ->
     return {"eval_loss": best["eval_loss"], "perplexity": _ppl(best), "entropy": best["entropy"]}
 
 
+def main_runs(summaries: list[dict]) -> list[dict]:
+    """Runs of the main comparison: FedLNS only at its default activation coverage (others are ablation runs)."""
+    coverages = {s["coverage"] for s in summaries if s["method"] == "fedlns"}
+    default = 0.5 if 0.5 in coverages or not coverages else min(coverages)
+    return [s for s in summaries if s["method"] not in ("fedlns", "fedlns_two") or s["coverage"] == default]
+
+
 def mean_std(values) -> tuple[float, float]:
     """Mean and sample standard deviation (ddof=1; NaN for a single value).
 
@@ -122,17 +129,13 @@ def _ordered_methods(present):
 
 def fraction_tables(summaries: list[dict]) -> list[dict]:
     """The appendix tables: per (family, partition, metric) rows = methods, columns = malicious fractions."""
-    main = [s for s in summaries if s["method"] != "fedlns_two"]
+    main = [s for s in main_runs(summaries) if s["method"] != "fedlns_two"]
     tables = []
     for family in ("gpt", "bert", "llama"):
         for partition in ("iid", "noniid"):
             subset = [s for s in main if s["family"] == family and s["partition"] == partition]
             if not subset:
                 continue
-            coverages = sorted({s["coverage"] for s in subset})
-            if len(coverages) > 1:   # ablation runs of other coverages do not belong in the main table
-                default = 0.5 if 0.5 in coverages else coverages[0]
-                subset = [s for s in subset if s["method"] != "fedlns" or s["coverage"] == default]
             fractions = sorted({s["fraction"] for s in subset})
             methods = _ordered_methods({s["method"] for s in subset})
             groups = _group(subset, ("method", "fraction"))
@@ -149,8 +152,12 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
 def gmm_tables(summaries: list[dict]) -> list[dict]:
     """GMM-selection ablation (BIC vs forced two components): rows = rule, columns = families."""
     tables = []
-    subset = [s for s in summaries if s["method"] in ("fedlns", "fedlns_two") and s["coverage"] == 0.5]
-    if not any(s["method"] == "fedlns_two" for s in subset):
+    subset = [s for s in main_runs(summaries) if s["method"] in ("fedlns", "fedlns_two")]
+    # compare the two rules on the same seeds only
+    key = lambda s: (s["family"], s["partition"], s["fraction"], s["seed"])  # noqa: E731
+    both = {key(s) for s in subset if s["method"] == "fedlns"} & {key(s) for s in subset if s["method"] == "fedlns_two"}
+    subset = [s for s in subset if key(s) in both]
+    if not subset:
         return tables
     for (partition, fraction), runs in sorted(_group(subset, ("partition", "fraction")).items()):
         families = [f for f in ("gpt", "bert", "llama") if any(s["family"] == f for s in runs)]
@@ -251,9 +258,9 @@ def detection_table(summaries: list[dict]) -> str:
     lines = ["| Model | Partition | Malicious | Method | TPR | FPR | Precision | Rejected updates |",
              "|---|---|---|---|---|---|---|---|"]
     for (family, partition, fraction, method), runs in sorted(
-            _group(summaries, ("family", "partition", "fraction", "method")).items(),
+            _group(main_runs(summaries), ("family", "partition", "fraction", "method")).items(),
             key=lambda item: (item[0][0], item[0][1], item[0][2], METHODS.index(item[0][3]))):
-        if not runs[0]["selects_clients"] or runs[0]["coverage"] != 0.5:
+        if not runs[0]["selects_clients"]:
             continue
         totals = {k: sum(s[k] for s in runs) for k in ("tp", "fp", "fn", "tn")}
         rates = detection_rates(**totals)
@@ -305,7 +312,7 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    main = [s for s in summaries if s["coverage"] == 0.5 or s["method"] != "fedlns"]
+    main = main_runs(summaries)
     panels = sorted({(s["family"], s["partition"]) for s in main},
                     key=lambda p: (p[1], ["gpt", "bert", "llama"].index(p[0])))
     paths = []
