@@ -67,3 +67,14 @@ def test_shared_data_splits_and_paper_tokenizers():
     assert bert.vocab_size == 30522 and bert.mask_id == 103 and {0, 101, 102, 103} <= set(bert.special_ids)
     llama = load_pretrained_tokenizer("llama", folder)
     assert llama.vocab_size == 32000 and llama.eos_id == 2 and 2 in llama.special_ids
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert", "llama"])
+def test_trained_vocabulary_is_identical_across_trainings(tmp_path, family):
+    from fedlns_sim.data import synthetic_corpus, train_bpe_tokenizer
+
+    texts, _ = synthetic_corpus(seed=3, n_train=300, n_eval=10)
+    first = train_bpe_tokenizer(family, texts, 200, tmp_path / "a" / "tokenizer.json")
+    second = train_bpe_tokenizer(family, texts, 200, tmp_path / "b" / "tokenizer.json")
+    assert (tmp_path / "a" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "tokenizer.json").read_bytes()
+    assert first.encode(texts[0]) == second.encode(texts[0])

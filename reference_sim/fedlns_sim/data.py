@@ -222,6 +222,13 @@ def train_bpe_tokenizer(family: str, texts: list[str], vocab_size: int, cache: P
             trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         backend.train_from_iterator(texts, trainer=trainer)
+        if family == "bert":
+            # The WordPiece trainer numbers equally frequent tokens in hash order: two trainings on the same
+            # text gave the same vocabulary under different ids (so different numbers for the same seed).
+            # Renumber canonically, the special tokens first, then the rest in sorted order.
+            rest = sorted(token for token in backend.get_vocab() if token not in specials)
+            backend.model = models.WordPiece(vocab={token: i for i, token in enumerate(specials + rest)},
+                                             unk_token="[UNK]")
         cache.parent.mkdir(parents=True, exist_ok=True)
         temporary = cache.with_name(cache.name + f".tmp{os.getpid()}")
         backend.save(str(temporary))
