@@ -109,8 +109,7 @@ class HistoryBank:
         """
         if not signatures:
             return
-        items = sorted(((check_client_id(cid), sig) for cid, sig in signatures.items()),
-                       key=lambda item: id_sort_key(item[0]))
+        items = [(check_client_id(cid), sig) for cid, sig in signatures.items()]
         first = items[0][1]
         keys = tuple(sorted(first)) if self._keys is None else self._keys
         shapes = tuple(np.shape(first[key]) for key in keys) if self._shapes is None else self._shapes

@@ -44,17 +44,17 @@ def read_state(path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as archive:
-            if _HEADER not in archive.files:
-                raise ValueError(f"{path}: not a fedlns-core state file (no header)")
-            header = json.loads(str(archive[_HEADER][()]))
+            header_text = str(archive[_HEADER][()]) if _HEADER in archive.files else None
             arrays = {name: archive[name] for name in archive.files if name != _HEADER}
     except FileNotFoundError:
         raise
-    except (zipfile.BadZipFile, OSError, EOFError, json.JSONDecodeError, KeyError) as error:
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError) as error:
         raise ValueError(f"{path}: corrupt or unreadable fedlns-core state file ({error})") from error
-    except ValueError as error:
-        if str(error).startswith(str(path)):
-            raise
+    if header_text is None:
+        raise ValueError(f"{path}: not a fedlns-core state file (no header)")
+    try:
+        header = json.loads(header_text)
+    except json.JSONDecodeError as error:
         raise ValueError(f"{path}: corrupt or unreadable fedlns-core state file ({error})") from error
     if not isinstance(header, dict) or header.get("format") != "fedlns-core":
         raise ValueError(f"{path}: not a fedlns-core state file")

@@ -78,9 +78,9 @@ class NormSelector:
         names = list(names)
         if self.keys is not None:
             present = set(names)
-            wanted = [key for key in self.keys if not isinstance(key, str)]
-            if wanted:
-                raise TypeError(f"NormSelector keys must be str, got {wanted[0]!r}")
+            not_strings = [key for key in self.keys if not isinstance(key, str)]
+            if not_strings:
+                raise TypeError(f"NormSelector keys must be str, got {not_strings[0]!r}")
             absent = [key for key in self.keys if key not in present]
             if absent:
                 raise ValueError(f"NormSelector: key {absent[0]!r} is not among the model's parameters")
@@ -161,8 +161,4 @@ def extract_signature(global_params: ParamDict, client_params: ParamDict,
 def flat_signature(global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
                    keys: Sequence[str]) -> np.ndarray:
     """Concatenation of the signature in ``keys`` order, shape (D,), float64 (eq. z_full's layout)."""
-    return np.concatenate([
-        np.asarray(client_params[key], dtype=np.float64).ravel()
-        - np.asarray(global_params[key], dtype=np.float64).ravel()
-        for key in keys
-    ])
+    return np.concatenate([part.ravel() for part in extract_signature(global_params, client_params, keys).values()])

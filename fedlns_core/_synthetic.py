@@ -51,10 +51,10 @@ class SyntheticFederation:
         self.base_drift = self.noise_scale * rng.normal(0.0, 2.0, dimension)           # (D,)
         self.client_offset = heterogeneity * self.noise_scale * rng.standard_normal((n_clients, dimension))
         self.attack_direction = shift * self.noise_scale * rng.choice([-1.0, 1.0], dimension)
+        # float32 throughout: python scalars do not widen a float32 array
         self.global_params = {name: (1.0 if name.endswith("weight") and ".ln_" in name else 0.0)
                               + 0.02 * rng.standard_normal(shape).astype(np.float32)
                               for name, shape in {**self.norm_shapes, **self.other_shapes}.items()}
-        self.global_params = {name: value.astype(np.float32) for name, value in self.global_params.items()}
 
     @property
     def dimension(self) -> int:
