@@ -7,9 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
-
-# numpy has no bfloat16; half precision is widened so that statistics are exact.
-_WIDENED = (torch.bfloat16, torch.float16)
+from fedlns_torch import tensor_to_numpy
 
 
 class EntryError(ValueError):
@@ -29,12 +27,9 @@ def to_numpy(state_dict) -> dict[str, np.ndarray]:
         if not isinstance(key, str):
             raise EntryError(f"state dict key {key!r} is a {type(key).__name__}, expected str")
         if isinstance(value, torch.Tensor):
-            tensor = value.detach()
-            if tensor.dtype in _WIDENED:
-                tensor = tensor.to(torch.float32)
-            if tensor.is_complex() or tensor.dtype == torch.bool:
-                raise EntryError(f"key {key!r} has unsupported dtype {tensor.dtype}")
-            arrays[key] = tensor.cpu().resolve_conj().resolve_neg().numpy().copy()
+            if value.is_complex() or value.dtype == torch.bool:
+                raise EntryError(f"key {key!r} has unsupported dtype {value.dtype}")
+            arrays[key] = tensor_to_numpy(value).copy()
         elif isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
             arrays[key] = value.copy()
         else:

@@ -9,6 +9,7 @@ from fedlns_torch._convert import (
     load_numpy_into_model,
     numpy_to_state_dict,
     state_dict_to_numpy,
+    tensor_to_numpy,
     tied_keys,
 )
 from fedlns_torch._norms import FrozenNormError, norm_parameter_names, norm_selector
@@ -20,5 +21,6 @@ __all__ = [
     "norm_selector",
     "numpy_to_state_dict",
     "state_dict_to_numpy",
+    "tensor_to_numpy",
     "tied_keys",
 ]

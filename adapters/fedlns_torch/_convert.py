@@ -110,15 +110,23 @@ def state_dict_to_numpy(model_or_state_dict) -> dict[str, np.ndarray]:
             continue
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"state dict key {key!r} holds {type(tensor).__name__}, not a tensor")
-        tensor = tensor.detach()
-        if tensor.dtype in _WIDENED_DTYPES:
-            tensor = tensor.to(torch.float32)
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
-        # Tensor.numpy() shares memory with a CPU tensor; conjugate/neg views are
-        # resolved first so numpy sees plain memory.
-        arrays[key] = tensor.resolve_conj().resolve_neg().numpy()
+        arrays[key] = tensor_to_numpy(tensor)
     return arrays
+
+
+def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """One tensor as a numpy array: detached, half precision widened to float32, on the CPU.
+
+    A CPU tensor of a numpy dtype is returned without a copy (the array shares its memory).
+    """
+    tensor = tensor.detach()
+    if tensor.dtype in _WIDENED_DTYPES:
+        tensor = tensor.to(torch.float32)
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    # Tensor.numpy() shares memory with a CPU tensor; conjugate/neg views are resolved first so
+    # numpy sees plain memory.
+    return tensor.resolve_conj().resolve_neg().numpy()
 
 
 def _to_tensor(value) -> torch.Tensor:
