@@ -334,6 +334,13 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
                     axis.set_visible(False)
         return figure, used
 
+    def finish(figure, axes, path):
+        axes[-1].legend(fontsize=7)
+        figure.tight_layout()
+        _save(figure, path)
+        plt.close(figure)
+        return path
+
     # 1. perplexity vs malicious fraction (bars with error bars when only one fraction was run)
     figure, axes = grid()
     for axis, (family, partition) in zip(axes, panels):
@@ -361,10 +368,7 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
             axis.set_xlabel("malicious clients (%)")
             axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
         axis.set_ylabel("perplexity (best checkpoint)")
-    axes[-1].legend(fontsize=7)
-    figure.tight_layout()
-    paths.append(_save(figure, out / "perplexity_vs_fraction.png"))
-    plt.close(figure)
+    paths.append(finish(figure, axes, out / "perplexity_vs_fraction.png"))
 
     # 2. per-round curves at the largest fraction (seed mean)
     figure, axes = grid()
@@ -381,10 +385,7 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
         axis.set_ylabel("evaluation perplexity")
         axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}, {round(top * 100)}% malicious",
                        fontsize=9)
-    axes[-1].legend(fontsize=7)
-    figure.tight_layout()
-    paths.append(_save(figure, out / "perplexity_per_round.png"))
-    plt.close(figure)
+    paths.append(finish(figure, axes, out / "perplexity_per_round.png"))
 
     # 3. detection rates of the methods that pick clients
     figure, axes = grid()
@@ -400,10 +401,7 @@ def plot_all(summaries: list[dict], out: Path) -> list[Path]:
         axis.set_ylim(0, 1)
         axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
         axis.set_ylabel("rate over decided rounds")
-    axes[-1].legend(fontsize=7)
-    figure.tight_layout()
-    paths.append(_save(figure, out / "detection_rates.png"))
-    plt.close(figure)
+    paths.append(finish(figure, axes, out / "detection_rates.png"))
     return paths
 
 
