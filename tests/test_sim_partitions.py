@@ -6,6 +6,7 @@ import pytest
 pytest.importorskip("torch")
 from fedlns_sim.partitions import (choose_malicious, iid_partition, make_partition, noniid_partition,  # noqa: E402
                                    sample_clients)
+from fedlns_sim.seeds import STREAMS, stream_key, stream_rng  # noqa: E402
 
 
 @pytest.mark.parametrize("kind", ["iid", "noniid"])
@@ -20,7 +21,7 @@ def test_partition_is_a_disjoint_cover_with_balanced_sizes(kind, num_blocks, num
 
 
 def test_iid_is_round_robin_of_the_seeded_shuffle():
-    order = np.random.default_rng(7).permutation(23)
+    order = stream_rng(7, "partition").permutation(23)
     parts = iid_partition(23, 5, seed=7)
     for client in range(5):
         assert parts[client].tolist() == sorted(order[client::5].tolist())
@@ -67,3 +68,14 @@ def test_malicious_set_and_sampling_are_fixed_by_the_seed():
     assert all(len(set(r)) == 20 for r in rounds)
     assert rounds == [sample_clients(200, 20, seed=100, round_index=t) for t in range(1, 6)]
     assert len({tuple(r) for r in rounds}) == 5
+
+
+def test_random_streams_never_share_a_key():
+    """Each stream has its own tag in a fixed slot: no (stream, round, client) key equals another's
+    (the old layout gave round r's sampling and client r's round-2 training the same seed)."""
+    assert len(set(STREAMS.values())) == len(STREAMS)
+    keys = {tuple(stream_key(100, stream, r, c)) for stream in STREAMS for r in range(6) for c in range(6)}
+    assert len(keys) == len(STREAMS) * 36
+    assert stream_key(100, "sampling", 2, 0) != stream_key(100, "batches", 0, 2)
+    with pytest.raises(KeyError, match="unknown random stream"):
+        stream_key(100, "sampleing")

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from .data import IGNORE, causal_targets, mask_for_mlm
 from .models import get_params, set_params
+from .seeds import stream_seed
 
 
 def lm_loss(model, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,7 +26,7 @@ def make_batch(blocks: torch.Tensor, task: str, tokenizer, mlm_probability: floa
 
 
 def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray, config, task: str, tokenizer,
-                 attack=None, seed: tuple[int, ...] = (0,), device: str = "cpu"
+                 attack=None, seed: int = 0, round_index: int = 0, client: int = 0, device: str = "cpu"
                  ) -> tuple[dict[str, np.ndarray], float, float]:
     """Train one client from the global weights; returns (local params, n examples processed, mean loss).
 
@@ -35,8 +36,8 @@ def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray
     """
     set_params(model, global_params)
     model.train()
-    generator = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
-    torch.manual_seed(int(np.random.SeedSequence((*seed, 7)).generate_state(1)[0]))   # dropout
+    generator = torch.Generator().manual_seed(stream_seed(seed, "batches", round_index, client))
+    torch.manual_seed(stream_seed(seed, "dropout", round_index, client))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     data = torch.from_numpy(blocks)
     n_examples, losses = 0, []

@@ -48,6 +48,7 @@ class Config:
     max_train_blocks: int = 0             # cap on training blocks before partitioning; 0 = all
     eval_batches: int = 200
     eval_batch_size: int = 8
+    eval_masks: int = 1                   # MLM only: independent masking draws of the evaluation blocks
     mlm_probability: float = 0.15
     # model (tab:app_model_architectures); 0 means "the family's default"
     n_layer: int = 12
@@ -108,6 +109,7 @@ class Config:
             (self.tokenizer in ("pretrained", "bpe"), f"tokenizer must be 'pretrained' or 'bpe', got {self.tokenizer!r}"),
             (self.tokenizer != "bpe" or self.vocab_size >= 64, "tokenizer='bpe' needs vocab_size >= 64"),
             (self.block_size >= 4, f"block_size must be >= 4, got {self.block_size}"),
+            (self.eval_masks >= 1, f"eval_masks must be >= 1, got {self.eval_masks}"),
             (self.num_clients >= 2 and self.rounds >= 1, "need num_clients >= 2 and rounds >= 1"),
             (self.n_embd % self.n_head == 0, f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}"),
             (self.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {self.device!r}"),

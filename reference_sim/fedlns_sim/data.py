@@ -328,6 +328,26 @@ def mask_for_mlm(blocks: torch.Tensor, tokenizer: Tokenizer, probability: float,
     return inputs, targets
 
 
+def evaluation_set(blocks: np.ndarray, task: str, tokenizer: Tokenizer, mlm_probability: float, masks: int,
+                   seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed (inputs, targets) every round is evaluated on: next-token targets, or for MLM ``masks``
+    independent masking draws of the blocks stacked (one draw scores only ~15% of the tokens).
+
+    Examples
+    --------
+    >>> blocks = np.arange(12).reshape(3, 4)
+    >>> inputs, targets = evaluation_set(blocks, "causal", None, 0.15, masks=5, seed=0)
+    >>> tuple(inputs.shape), targets[0].tolist()
+    ((3, 4), [1, 2, 3, -100])
+    """
+    data = torch.from_numpy(blocks)
+    if task != "mlm":
+        return data, causal_targets(data)
+    generator = torch.Generator().manual_seed(seed)
+    draws = [mask_for_mlm(data, tokenizer, mlm_probability, generator) for _ in range(masks)]
+    return torch.cat([inputs for inputs, _ in draws]), torch.cat([targets for _, targets in draws])
+
+
 def valid_target_ids(tokenizer: Tokenizer) -> torch.Tensor:
     """Token ids that are not padding, EOS or any other special token."""
     keep = torch.ones(tokenizer.vocab_size, dtype=torch.bool)

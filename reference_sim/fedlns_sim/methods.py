@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .aggregators import apply_update, client_updates, make_aggregator, paper_parameters
+from .seeds import stream_key, stream_seed
 
 BASELINES = ("fedavg", "norm_bounded_fedavg", "coordinate_median", "trimmed_mean", "multi_krum", "flame")
 DISPLAY_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
@@ -32,7 +33,8 @@ def make_screener(config):
     from fedlns_core import FedLNS
 
     return FedLNS(activation_threshold=config.activation_threshold,
-                  components="two" if config.method == "fedlns_two" else "bic", random_state=config.seed)
+                  components="two" if config.method == "fedlns_two" else "bic",
+                  random_state=stream_seed(config.seed, "screening"))
 
 
 def baseline_parameters(config) -> dict:
@@ -64,7 +66,7 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
                             bool(result.active), True, info)
     params = baseline_parameters(config)
     if config.method == "flame":
-        params["random_state"] = [config.seed, 3, round_index]    # fresh noise each round, reproducible
+        params["random_state"] = stream_key(config.seed, "flame", round_index)   # fresh noise each round
     result = make_aggregator(config.method, **params).run(client_updates(global_params, client_params),
                                                           num_examples)
     return RoundOutcome(apply_update(global_params, result.update), list(result.kept), True,

@@ -46,6 +46,28 @@ def evaluate(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int
             "eval_positions": count}
 
 
+def unigram_perplexity(train_blocks: np.ndarray, targets: np.ndarray, vocab_size: int, special_ids=()) -> float:
+    """Perplexity of an add-one smoothed unigram model fitted on the training blocks, on the evaluation targets.
+
+    The floor any trained model must beat: it knows token frequencies and nothing else. Counts cover the
+    training tokens except ``special_ids`` (pass the tokens that are never targets, e.g. BERT's [CLS]/[SEP]),
+    plus one for every id; the evaluation positions are the supervised ones (``targets != IGNORE``).
+
+    Examples
+    --------
+    >>> # counts 2+1 and 1+1: p = (0.6, 0.4); targets 0 and 1 give 1 / sqrt(0.6 * 0.4)
+    >>> round(unigram_perplexity(np.array([[0, 0, 1]]), np.array([[0, 1, IGNORE]]), vocab_size=2), 4)
+    2.0412
+    """
+    tokens = np.asarray(train_blocks).ravel()
+    tokens = tokens[~np.isin(tokens, list(special_ids))]
+    counts = np.bincount(tokens, minlength=vocab_size)[:vocab_size] + 1.0
+    probabilities = counts / counts.sum()
+    picked = np.asarray(targets).ravel()
+    picked = picked[picked != IGNORE]
+    return float(np.exp(-np.mean(np.log(probabilities[picked]))))
+
+
 def detection_counts(sampled, kept, malicious) -> dict:
     """Confusion counts of one round, "positive" = rejected: tp = rejected malicious, fp = rejected benign."""
     sampled, kept = set(sampled), set(kept)

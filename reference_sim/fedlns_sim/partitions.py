@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .seeds import stream_rng
+
 
 def iid_partition(num_blocks: int, num_clients: int, seed: int) -> list[np.ndarray]:
     """Shuffle all block indices with the run seed and deal them round-robin to the clients.
@@ -15,7 +17,7 @@ def iid_partition(num_blocks: int, num_clients: int, seed: int) -> list[np.ndarr
     ([4, 3, 3], True)
     """
     _check(num_blocks, num_clients, 1)
-    order = np.random.default_rng(seed).permutation(num_blocks)
+    order = stream_rng(seed, "partition").permutation(num_blocks)
     return [np.sort(order[client::num_clients]) for client in range(num_clients)]
 
 
@@ -30,7 +32,7 @@ def noniid_partition(num_blocks: int, num_clients: int, seed: int, shards_per_cl
     """
     _check(num_blocks, num_clients, shards_per_client)
     shards = np.array_split(np.arange(num_blocks), num_clients * shards_per_client)
-    order = np.random.default_rng(seed).permutation(len(shards))
+    order = stream_rng(seed, "partition").permutation(len(shards))
     return [np.concatenate([shards[s] for s in order[client * shards_per_client:(client + 1) * shards_per_client]])
             for client in range(num_clients)]
 
@@ -51,11 +53,11 @@ def _check(num_blocks: int, num_clients: int, shards_per_client: int) -> None:
 
 def choose_malicious(num_clients: int, num_malicious: int, seed: int) -> frozenset[int]:
     """The fixed malicious subset of the population for one run (chosen once from the run seed)."""
-    rng = np.random.default_rng([seed, 1])
+    rng = stream_rng(seed, "malicious")
     return frozenset(int(i) for i in rng.choice(num_clients, size=num_malicious, replace=False))
 
 
 def sample_clients(num_clients: int, per_round: int, seed: int, round_index: int) -> list[int]:
     """Clients of one round, uniformly without replacement; a pure function of (seed, round) so resumes agree."""
-    rng = np.random.default_rng([seed, 2, round_index])
+    rng = stream_rng(seed, "sampling", round_index)
     return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))

@@ -25,13 +25,14 @@ import numpy as np
 import torch
 
 from .attacks import make_attack
-from .client import make_batch, train_client
+from .client import train_client
 from .config import Config
-from .data import build_corpus, resolve_data_dir
+from .data import IGNORE, build_corpus, evaluation_set, resolve_data_dir
 from .methods import aggregate_round, make_screener
-from .metrics import detection_counts, evaluate
+from .metrics import detection_counts, evaluate, unigram_perplexity
 from .models import build_model, count_params, get_params, set_params
 from .partitions import choose_malicious, make_partition, sample_clients
+from .seeds import stream_seed
 
 
 def pick_device(name: str) -> str:
@@ -117,13 +118,16 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     global_params = get_params(model)
     screener = make_screener(config)
 
-    eval_blocks = torch.from_numpy(corpus.eval)
-    eval_inputs, eval_targets = make_batch(eval_blocks, corpus.task, corpus.tokenizer, config.mlm_probability,
-                                           torch.Generator().manual_seed(config.seed))   # fixed eval masks
+    eval_inputs, eval_targets = evaluation_set(corpus.eval, corpus.task, corpus.tokenizer, config.mlm_probability,
+                                               config.eval_masks, stream_seed(config.seed, "eval_masks"))
 
     record = {"config": config.to_dict(), "data_source": corpus.source, "tokenizer": corpus.tokenizer.name,
               "vocab_size": corpus.tokenizer.vocab_size, "n_parameters": count_params(model),
               "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
+              "eval_positions": int((eval_targets != IGNORE).sum()),
+              "unigram_perplexity": unigram_perplexity(
+                  corpus.train, eval_targets.numpy(), corpus.tokenizer.vocab_size,
+                  corpus.tokenizer.special_ids if corpus.task == "mlm" else ()),
               "malicious_clients": sorted(malicious), "device": device}
     config_path = run_dir / "config.json"
     if config_path.is_file():
@@ -172,7 +176,8 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
         for client in sampled:
             client_params[client], num_examples[client], train_losses[client] = train_client(
                 model, global_params, corpus.train[partition[client]], config, corpus.task, corpus.tokenizer,
-                attack=attack if client in malicious else None, seed=(config.seed, t, client), device=device)
+                attack=attack if client in malicious else None, seed=config.seed, round_index=t, client=client,
+                device=device)
         client_time = time.perf_counter() - tic
 
         tic = time.perf_counter()
