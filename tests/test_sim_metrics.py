@@ -9,8 +9,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from fedlns_sim.config import make_config  # noqa: E402
 from fedlns_sim.data import IGNORE, causal_targets  # noqa: E402
-from fedlns_sim.metrics import (best_checkpoint, detection_counts, detection_rates, evaluate,  # noqa: E402
-                                perplexity, token_entropy)
+from fedlns_sim.metrics import (detection_counts, evaluate, perplexity, token_entropy,  # noqa: E402
+                                unigram_perplexity)
+from fedlns_sim.stats import auc, best_checkpoint, detection_rates, recovery, t_interval  # noqa: E402
 from fedlns_sim.models import build_model  # noqa: E402
 
 
@@ -64,3 +65,39 @@ def test_best_checkpoint_is_lowest_loss_of_trained_rounds_earliest_on_ties():
     assert best_checkpoint(records)["round"] == 2          # round 0 (the untrained model) is not a checkpoint
     with pytest.raises(ValueError, match="no trained rounds"):
         best_checkpoint(records[:1])
+
+
+def test_best_checkpoint_skips_a_diverged_round_written_as_null():
+    """``rounds.jsonl`` stores a NaN loss as null; a diverged run must still have a best checkpoint."""
+    records = [{"round": 0, "eval_loss": 9.0}, {"round": 1, "eval_loss": None}, {"round": 2, "eval_loss": 4.0},
+               {"round": 3, "eval_loss": float("inf")}]
+    assert best_checkpoint(records)["round"] == 2
+    assert best_checkpoint(records[:2])["round"] == 1     # every round diverged: the first, not a crash
+
+
+def test_unigram_perplexity_by_hand_and_against_a_direct_count():
+    train = np.array([[5, 5, 6, 7], [5, 6, 6, 1]])            # token 1 plays a special token (never a target)
+    targets = np.array([[5, 6, IGNORE, 7]])
+    p = np.bincount([5, 5, 6, 7, 5, 6, 6], minlength=8) + 1.0
+    p = p / p.sum()
+    expected = math.exp(-np.mean(np.log(p[[5, 6, 7]])))
+    assert unigram_perplexity(train, targets, vocab_size=8, special_ids=(1,)) == pytest.approx(expected)
+    # with no special tokens the count includes token 1 too: lower probability everywhere else
+    assert unigram_perplexity(train, targets, vocab_size=8) > expected
+
+
+def test_paired_interval_recovery_and_auc_against_scipy():
+    from scipy import stats
+
+    differences = [-12.0, -8.5, -15.0, -9.0, -11.0]
+    result = t_interval(differences)
+    low, high = stats.t.interval(0.95, 4, loc=np.mean(differences), scale=stats.sem(differences))
+    assert (result["low"], result["high"]) == (pytest.approx(low), pytest.approx(high))
+    assert math.isnan(t_interval([1.0])["low"])
+    assert recovery(attacked=450.0, defended=450.0, oracle=300.0) == 0.0
+    assert recovery(attacked=450.0, defended=300.0, oracle=300.0) == 1.0
+    assert math.isnan(recovery(attacked=300.0, defended=280.0, oracle=310.0))   # no damage to recover
+    positive, negative = [0.9, 0.8, 0.35, 0.5], [0.1, 0.4, 0.35, 0.6, 0.2]
+    from sklearn.metrics import roc_auc_score
+    expected = roc_auc_score([1] * 4 + [0] * 5, positive + negative)
+    assert auc(positive, negative) == pytest.approx(expected)

@@ -3,25 +3,32 @@
 import json
 import math
 
+import numpy as np
+
 import pytest
 
 pytest.importorskip("torch")
 from fedlns_sim.config import make_config  # noqa: E402
-from fedlns_sim.report import fraction_tables, load_runs, mean_std, to_latex, to_markdown, write_report  # noqa: E402
+from fedlns_sim.report import (MixedCodeError, fraction_tables, load_runs, paired_rows,  # noqa: E402
+                               recovery_rows, to_latex, to_markdown, write_report)
+from fedlns_sim.stats import mean_std  # noqa: E402
 
 
-def _fake_run(root, method, seed, losses, entropies):
+def _fake_run(root, method, seed, losses, entropies, fraction=0.4, code="abc", unigram=None, extra=None):
     """A run folder written by hand: round 0 plus one record per trained round."""
-    config = make_config("smoke", "gpt", method=method, seed=seed, rounds=len(losses) - 1)
+    config = make_config("smoke", "gpt", method=method, seed=seed, rounds=len(losses) - 1,
+                         malicious_fraction=fraction)
     folder = root / config.run_name()
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"config": config.to_dict(), "data_source": "hand-made"}))
+    (folder / "config.json").write_text(json.dumps({"config": config.to_dict(), "data_source": "hand-made",
+                                                    "code": {"source": code, "commit": "0" * 40},
+                                                    "unigram_perplexity": unigram}))
     lines = []
     for t, (loss, entropy) in enumerate(zip(losses, entropies)):
         record = {"round": t, "eval_loss": loss, "perplexity": math.exp(loss), "entropy": entropy}
         if t:
             record.update(decided=True, selects_clients=method != "fedavg", tp=1, fp=0, fn=1, tn=3,
-                          client_time_s=1.0, server_time_s=0.1, eval_time_s=0.2)
+                          client_time_s=1.0, server_time_s=0.1, eval_time_s=0.2, **(extra or {}).get(t, {}))
         lines.append(json.dumps(record))
     (folder / "rounds.jsonl").write_text("\n".join(lines) + "\n")
 
@@ -35,14 +42,18 @@ def test_best_checkpoint_per_seed_then_mean_and_sample_std(tmp_path):
     assert sorted((s["method"], s["seed"], s["best_round"]) for s in summaries) == [
         ("fedavg", 100, 2), ("fedavg", 200, 1), ("fedlns", 100, 1)]
     tables = {t["metric"]: t for t in fraction_tables(summaries)}
-    mean, std, n = tables["eval_loss"]["cells"][("fedavg", 0.4)]
+    mean, std, n = tables["eval_loss"]["cells"][("fedavg", (0.4, "best"))]
     assert (mean, std, n) == (3.5, pytest.approx(math.sqrt(0.5)), 2)
-    mean, std, _ = tables["entropy"]["cells"][("fedavg", 0.4)]
+    mean, std, _ = tables["entropy"]["cells"][("fedavg", (0.4, "best"))]
     assert mean == 5.5                                   # entropy from the same checkpoint, not its own minimum
-    ppl_mean, _, _ = tables["perplexity"]["cells"][("fedavg", 0.4)]
+    ppl_mean, _, _ = tables["perplexity"]["cells"][("fedavg", (0.4, "best"))]
     assert ppl_mean == pytest.approx((math.exp(3.0) + math.exp(4.0)) / 2)
+    # beside it, the last ten rounds (all three trained rounds here): exp of the mean loss, per seed
+    last, _, _ = tables["perplexity"]["cells"][("fedavg", (0.4, "last10"))]
+    assert last == pytest.approx((math.exp(np.mean([5.0, 3.0, 3.5])) + math.exp(np.mean([4.0, 4.5, 4.2]))) / 2)
     markdown = to_markdown(tables["eval_loss"])
-    assert "| FedAvg | 3.50 ± 0.71 |" in markdown and "| FedLNS | **2.00** |" in markdown
+    assert "| 40% best | 40% last 10 |" in markdown
+    assert "| FedAvg | 3.50 ± 0.71 | 4.03 ± 0.28 |" in markdown and "| FedLNS | **2.00** | **2.23** |" in markdown
     assert "\\textbf{2.00}" in to_latex(tables["eval_loss"])
 
 
@@ -67,7 +78,61 @@ def test_write_report_from_files(tmp_path):
     result = write_report(tmp_path / "runs", tmp_path / "report")
     names = sorted(p.name for p in (tmp_path / "report").iterdir())
     assert names == ["detection_rates.png", "perplexity_per_round.png", "perplexity_vs_fraction.png", "runs.csv",
-                     "tables.csv", "tables.md", "tables.tex"]
+                     "tables.csv", "tables.md", "tables.tex"]    # no recovery plot without an oracle run
     assert all(p.stat().st_size > 1000 for p in result["plots"])
     with pytest.raises(FileNotFoundError, match="no finished run"):
         write_report(tmp_path / "empty", tmp_path / "r2")
+
+
+def test_references_paired_differences_and_recovery(tmp_path):
+    """Clean (FedAvg at 0%), oracle and unigram rows; FedLNS against the strongest baseline paired by seed; the
+    recovery (FedAvg - FedLNS) / (FedAvg - oracle), all computed by hand here."""
+    flat = [9.0, 6.0, 6.0]
+    for seed, (attacked, median, fedlns, oracle, clean) in {100: (5.0, 4.5, 4.0, 3.8, 3.7),
+                                                            200: (5.2, 4.4, 4.1, 3.9, 3.6),
+                                                            300: (5.1, 4.6, 4.3, 3.7, 3.8)}.items():
+        for method, loss in (("fedavg", attacked), ("coordinate_median", median), ("fedlns", fedlns),
+                             ("oracle", oracle), ("trimmed_mean", attacked + 0.5)):
+            _fake_run(tmp_path, method, seed, [9.0, loss, loss + 1.0], flat, unigram=400.0)
+        _fake_run(tmp_path, "fedavg", seed, [9.0, clean, clean + 1.0], flat, fraction=0.0, unigram=400.0)
+    summaries = load_runs(tmp_path)
+    table = next(t for t in fraction_tables(summaries) if t["metric"] == "eval_loss")
+    assert table["rows"][-2:] == ["oracle", "clean"]
+    assert table["cells"][("clean", (0.4, "best"))][0] == pytest.approx(np.mean([3.7, 3.6, 3.8]))
+    markdown = to_markdown(next(t for t in fraction_tables(summaries) if t["metric"] == "perplexity"))
+    assert "| *Unigram model* | 400.00 ± 0.00 | 400.00 ± 0.00 |\n" in markdown   # no 0% column: Clean is a row
+    assert "| *Oracle (benign only)* |" in markdown           # references in italics, never in bold
+    strongest = next(r for r in paired_rows(summaries) if r["fraction"] == 0.4 and r["against"] != "FedAvg")
+    assert strongest["baseline"] == "coordinate_median" and strongest["seeds"] == [100, 200, 300]
+    differences = [math.exp(4.0) - math.exp(4.5), math.exp(4.1) - math.exp(4.4), math.exp(4.3) - math.exp(4.6)]
+    assert strongest["best"]["mean"] == pytest.approx(np.mean(differences)) and strongest["best_wins"] == 3
+    assert strongest["best"]["low"] < strongest["best"]["mean"] < strongest["best"]["high"] < 0
+    row = next(r for r in recovery_rows(summaries) if r["method"] == "fedlns")
+    per_seed = [(math.exp(a) - math.exp(f)) / (math.exp(a) - math.exp(o))
+                for a, f, o in ((5.0, 4.0, 3.8), (5.2, 4.1, 3.9), (5.1, 4.3, 3.7))]
+    assert row["best"]["mean"] == pytest.approx(np.mean(per_seed))
+    assert "trimmed_mean" in {r["method"] for r in recovery_rows(summaries)}
+    result = write_report(tmp_path, tmp_path / "report")
+    assert (tmp_path / "report" / "recovery.png").is_file() and "## Recovery" in result["tables"].read_text()
+
+
+def test_screening_diagnostics_count_wrong_cluster_rounds_and_auc(tmp_path):
+    # round 1: attackers 1, 2 have the larger deltas and are rejected; round 2: the mixture kept them (wrong side)
+    extra = {1: {"malicious_sampled": [1, 2], "delta": {"1": 9.0, "2": 8.0, "3": 1.0, "4": 2.0},
+                 "label": {"1": 1, "2": 1, "3": 0, "4": 0}, "n_components": 2},
+             2: {"malicious_sampled": [1, 2], "delta": {"1": 3.0, "2": 1.0, "3": 2.0, "4": 9.0},
+                 "label": {"1": 0, "2": 0, "3": 0, "4": 1}, "n_components": 2}}
+    _fake_run(tmp_path, "fedlns", 100, [9.0, 2.0, 2.5], [9.0, 3.0, 3.0], extra=extra)
+    (summary,) = load_runs(tmp_path)
+    assert summary["active_rounds"] == 2 and summary["wrong_cluster_rounds"] == 1
+    assert summary["singleton_rounds"] == 1                 # round 2 rejected one client alone
+    assert summary["auc"] == pytest.approx((1.0 + 0.25) / 2)  # round 2: of the 4 pairs only 3 > 2 is ordered
+
+
+def test_report_refuses_runs_of_different_code(tmp_path):
+    _fake_run(tmp_path, "fedavg", 100, [9.0, 5.0, 3.0], [9.0, 7.0, 5.0], code="old")
+    _fake_run(tmp_path, "fedlns", 100, [9.0, 2.0, 2.5], [9.0, 3.0, 3.0], code="new")
+    with pytest.raises(MixedCodeError, match="2 versions of the code"):
+        write_report(tmp_path, tmp_path / "report")
+    result = write_report(tmp_path, tmp_path / "report", plots=False, allow_mixed_code=True)
+    assert "several versions" in result["tables"].read_text()

@@ -8,12 +8,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from fedlns_sim.config import make_config  # noqa: E402
-from fedlns_sim.run import read_records, run  # noqa: E402
+from fedlns_sim.run import run  # noqa: E402
+from fedlns_sim.runfiles import read_records  # noqa: E402
 
 TIMING = ("client_time_s", "server_time_s", "eval_time_s")
 
@@ -92,3 +94,60 @@ def test_run_refuses_a_folder_holding_a_different_config(tmp_path):
     (run_dir / "config.json").write_text(json.dumps(meta))
     with pytest.raises(RuntimeError, match="different config"):
         run(config, tmp_path, progress=False)
+
+
+def test_a_finished_run_of_another_config_is_refused_not_returned(tmp_path):
+    config = _config("fedavg", rounds=2)
+    run_dir = run(config, tmp_path, progress=False)
+    meta = json.loads((run_dir / "config.json").read_text())
+    meta["config"]["learning_rate"] = 0.5
+    (run_dir / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(RuntimeError, match=r"different config \(learning_rate\)"):
+        run(config, tmp_path, progress=False)
+
+
+def test_nearby_fractions_get_their_own_folders():
+    names = {_config("fedavg", malicious_fraction=f).run_name() for f in (0.3, 0.304, 0.3041)}
+    assert len(names) == 3
+
+
+def test_a_run_that_fails_before_its_first_round_leaves_no_folder(tmp_path):
+    config = _config("fedavg", data=str(tmp_path / "no-such-data"))
+    with pytest.raises(FileNotFoundError):
+        run(config, tmp_path / "runs", progress=False)
+    assert not (tmp_path / "runs" / config.run_name()).exists()
+
+
+def test_run_records_its_code_and_references(tmp_path):
+    meta = json.loads((run(_config("fedavg", rounds=1), tmp_path, progress=False) / "config.json").read_text())
+    assert set(meta["code"]) == {"version", "commit", "dirty", "source"} and len(meta["code"]["source"]) == 16
+    assert meta["unigram_perplexity"] > 1 and meta["eval_positions"] > 0
+
+
+def test_oracle_averages_exactly_the_benign_clients(tmp_path):
+    run_dir = run(_config("oracle"), tmp_path, progress=False)
+    for record in read_records(run_dir)[1:]:
+        assert sorted(record["kept"]) == sorted(set(record["sampled"]) - set(record["malicious_sampled"]))
+        assert record["tp"] == len(record["malicious_sampled"]) and record["fp"] == 0
+
+
+def test_fedlns_records_its_screening_diagnostics(tmp_path):
+    run_dir = run(_config("fedlns", record_signatures=True), tmp_path, progress=False)
+    records = read_records(run_dir)[1:]
+    active = [r for r in records if r["active"]]
+    assert active, "screening never became active"
+    for record in active:
+        sampled = {str(c) for c in record["sampled"]}
+        assert set(record["delta"]) == set(record["label"]) == sampled
+        assert set(record["bic"]) == {"1", "2"} and record["n_components"] in (1, 2)
+        kept = {c for c, label in record["label"].items() if label == 0}
+        assert kept == {str(c) for c in record["kept"]}
+    # age of each client's previous bank entry: None the first time it is seen, else rounds since then
+    seen = {}
+    for record in records:
+        for client in record["sampled"]:
+            expected = record["round"] - seen[client] if client in seen else None
+            assert record["previous_entry_age"][str(client)] == expected
+            seen[client] = record["round"]
+    stored = np.load(run_dir / "signatures" / "round-0001.npz")
+    assert stored["signatures"].shape[0] == len(records[0]["sampled"])

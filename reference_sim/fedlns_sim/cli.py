@@ -1,33 +1,58 @@
-"""Command line: ``fedlns-sim {run,sweep,report,quickstart}``.
+"""Command line: ``fedlns-sim {quickstart,run,sweep,report,archive,verify}``.
 
-    fedlns-sim quickstart                                  # FedAvg vs FedLNS, 40% malicious, a few minutes
-    fedlns-sim sweep --preset cpu --out runs/cpu --report docs/results/cpu
+    fedlns-sim quickstart                                  # clean, attacked, FedLNS and oracle per family
+    fedlns-sim sweep --preset cpu --jobs 2 --out runs/cpu --report results/cpu
     fedlns-sim run --preset paper --family bert --method flame --set malicious_fraction=0.2 --device cuda
-    fedlns-sim report runs/cpu --out docs/results/cpu
+    fedlns-sim report runs/cpu --out results/cpu
+    fedlns-sim archive runs/cpu docs/results/cpu           # config + compressed rounds of every run, cells to verify
+    fedlns-sim verify docs/results/cpu                     # re-run those cells, compare number for number
+
+Errors in what you typed (an unknown config key, a wrong type, a missing data folder, no finished runs) are one
+line on stderr and exit status 2; set FEDLNS_SIM_DEBUG=1 to see the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-from .config import FAMILIES, METHODS, PAPER_FRACTIONS, PAPER_SEEDS, PARTITIONS, PRESETS, parse_override
+from .config import COMPARED, FAMILIES, METHODS, PAPER_FRACTIONS, PAPER_SEEDS, PARTITIONS, PRESETS, parse_override
 
-SEVEN = tuple(m for m in METHODS if m != "fedlns_two")
 # What ``sweep`` runs by default for each preset.
 SWEEP_DEFAULTS = {
-    "paper": dict(families=FAMILIES, partitions=PARTITIONS, fractions=PAPER_FRACTIONS, methods=METHODS,
-                  seeds=PAPER_SEEDS),
-    "cpu": dict(families=FAMILIES, partitions=PARTITIONS, fractions=(0.4,), methods=SEVEN, seeds=(100,)),
+    "paper": dict(families=FAMILIES, partitions=PARTITIONS, fractions=PAPER_FRACTIONS,
+                  methods=METHODS, seeds=PAPER_SEEDS),
+    "cpu": dict(families=FAMILIES, partitions=PARTITIONS, fractions=(0.4,), methods=COMPARED,
+                seeds=(100, 200, 300, 400, 500)),
     "smoke": dict(families=FAMILIES, partitions=("iid",), fractions=(0.4,), methods=METHODS, seeds=(100,)),
 }
+# The quickstart: per family, FedAvg without and with attackers, FedLNS with them, and the oracle.
+QUICKSTART_CELLS = (("fedavg", 0.0), ("fedavg", 0.4), ("fedlns", 0.4), ("oracle", 0.4))
 
 
-def _csv(kind):
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the description's layout and show every option's default (the ones that are not None or False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, [], argparse.SUPPRESS) and "(default" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _csv(kind, choices=None):
     def parse(text):
-        return tuple(kind(x) for x in text.split(",") if x)
+        values = tuple(kind(x) for x in text.split(",") if x)
+        unknown = [v for v in values if choices is not None and v not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {unknown[0]!r}; choose from {', '.join(map(str, choices))}")
+        if not values:
+            raise argparse.ArgumentTypeError("an empty list")
+        return values
+    parse.__name__ = f"comma-separated {kind.__name__}"   # argparse names the type in its error messages
     return parse
 
 
@@ -41,53 +66,107 @@ def _overrides(args) -> dict:
 
 
 def _common(parser):
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--data", default=None, help="data folder (default: $FEDLNS_DATA, ../shared/data, else "
-                                                     "a synthetic corpus)")
-    parser.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="settings to start from")
+    parser.add_argument("--data", default=None, help="data folder, or 'synthetic' (default: $FEDLNS_DATA, else "
+                                                     "../shared/data if it exists, else the synthetic corpus)")
+    parser.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"),
+                        help="default: the preset's (auto)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override any Config field (unknown keys and wrong types are errors)")
+                        help="override any Config field; repeat for several (unknown keys and wrong types are "
+                             "errors)")
     parser.add_argument("--out", default=None, help="runs folder (default: runs/<preset>)")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedlns-sim", description=__doc__, formatter_class=_Formatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    quick = commands.add_parser("quickstart", formatter_class=_Formatter,
+                                help="clean FedAvg, FedAvg and FedLNS at 40%% malicious, and the oracle, per family")
+    quick.add_argument("--data", default=None, help="data folder, or 'synthetic' (default as for run)")
+    quick.add_argument("--family", choices=(*FAMILIES, "all"), default="all", help="model family to compare")
+    quick.add_argument("--out", default="runs/quickstart", help="runs folder (finished runs are reused)")
+    quick.add_argument("--jobs", type=int, default=2, help="runs at once")
+    quick.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    one = commands.add_parser("run", formatter_class=_Formatter, help="one run (resumes if its folder has state)")
+    _common(one)
+    one.add_argument("--family", choices=FAMILIES, default="gpt", help="model family")
+    one.add_argument("--method", choices=METHODS, default="fedlns", help="server method")
+
+    many = commands.add_parser("sweep", formatter_class=_Formatter,
+                               help="families x partitions x fractions x methods x seeds; skips finished runs")
+    _common(many)
+    many.add_argument("--families", type=_csv(str, FAMILIES), help="comma-separated (default: the preset's)")
+    many.add_argument("--partitions", type=_csv(str, PARTITIONS), help="comma-separated (default: the preset's)")
+    many.add_argument("--fractions", type=_csv(float), help="comma-separated malicious fractions, e.g. 0,0.2,0.4 "
+                                                            "(default: the preset's)")
+    many.add_argument("--methods", type=_csv(str, METHODS), help="comma-separated (default: the preset's)")
+    many.add_argument("--seeds", type=_csv(int), help="comma-separated (default: the preset's)")
+    many.add_argument("--coverages", type=_csv(float), help="comma-separated activation coverages M_act/K "
+                                                            "(bank ablation; default: the preset's 0.5)")
+    many.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
+    many.add_argument("--no-references", action="store_true",
+                      help="skip the reference runs otherwise added: clean FedAvg (0%% malicious) per seed and the "
+                           "oracle at each attacked fraction")
+    many.add_argument("--report", default=None, help="write tables and plots here afterwards")
+
+    report = commands.add_parser("report", formatter_class=_Formatter,
+                                 help="tables (Markdown, LaTeX, CSV) and PNG plots from run files")
+    report.add_argument("runs", help="folder of run folders (or of an archive)")
+    report.add_argument("--out", required=True, help="folder for the tables and plots")
+    report.add_argument("--no-plots", action="store_true", help="tables only")
+    report.add_argument("--allow-mixed-code", action="store_true",
+                        help="put runs made by different code into one report (refused by default)")
+
+    archive = commands.add_parser("archive", formatter_class=_Formatter,
+                                  help="copy every finished run's config and compressed rounds into a results folder")
+    archive.add_argument("runs", help="folder of run folders")
+    archive.add_argument("dest", help="results folder (runs go to DEST/runs/, the cells to verify to DEST/verify.txt)")
+    archive.add_argument("--verify-cells", default=None, type=_csv(str),
+                         help="comma-separated run names to list in verify.txt (default: per family, FedLNS at the "
+                              "largest fraction, IID, the first seed)")
+
+    verify = commands.add_parser("verify", formatter_class=_Formatter,
+                                 help="re-run the cells a results folder names and compare them number for number")
+    verify.add_argument("results", help="results folder made by `archive` (holds runs/ and verify.txt)")
+    verify.add_argument("--run", action="append", default=None, metavar="NAME",
+                        help="verify this archived run instead of verify.txt's cells; repeat for several")
+    verify.add_argument("--data", default=None, help="data folder (default as for run)")
+    verify.add_argument("--out", default=None, help="where the re-runs go (default: a temporary folder)")
+    verify.add_argument("--jobs", type=int, default=2, help="runs at once")
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fedlns-sim", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    one = commands.add_parser("run", help="one run (resumes if its folder has state)")
-    _common(one)
-    one.add_argument("--family", choices=FAMILIES, default="gpt")
-    one.add_argument("--method", choices=METHODS, default="fedlns")
-
-    many = commands.add_parser("sweep", help="families x partitions x fractions x methods x seeds; skips finished")
-    _common(many)
-    many.add_argument("--families", type=_csv(str))
-    many.add_argument("--partitions", type=_csv(str))
-    many.add_argument("--fractions", type=_csv(float))
-    many.add_argument("--methods", type=_csv(str))
-    many.add_argument("--seeds", type=_csv(int))
-    many.add_argument("--coverages", type=_csv(float), help="activation coverages M_act/K (bank ablation)")
-    many.add_argument("--report", default=None, help="write tables and plots here afterwards")
-
-    report = commands.add_parser("report", help="tables (Markdown, LaTeX, CSV) and PNG plots from run files")
-    report.add_argument("runs")
-    report.add_argument("--out", required=True)
-    report.add_argument("--no-plots", action="store_true")
-
-    quick = commands.add_parser("quickstart", help="FedAvg vs FedLNS at 40%% malicious in a few minutes")
-    quick.add_argument("--data", default=None)
-    quick.add_argument("--family", choices=(*FAMILIES, "all"), default="all",
-                       help="model family to compare (default: all three, about 3 minutes on 2 idle cores)")
-    quick.add_argument("--out", default="runs/quickstart")
-    quick.add_argument("--no-progress", action="store_true")
-
+    parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (KeyError, TypeError, ValueError, FileNotFoundError, RuntimeError) as error:
+        if os.environ.get("FEDLNS_SIM_DEBUG"):
+            raise
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"fedlns-sim {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args) -> int:
     if args.command == "report":
-        return _report(args.runs, args.out, not args.no_plots)
+        return _report(args.runs, args.out, not args.no_plots, args.allow_mixed_code)
     if args.command == "quickstart":
-        return quickstart(args.data, args.out, not args.no_progress, args.family)
+        return quickstart(args.data, args.out, not args.no_progress, args.family, args.jobs)
+    if args.command == "archive":
+        from .archive import archive
+
+        result = archive(args.runs, args.dest, args.verify_cells)
+        print(f"archived {result['runs']} runs into {args.dest}/runs; cells to verify: {', '.join(result['cells'])}")
+        return 0
+    if args.command == "verify":
+        from .archive import verify
+
+        return verify(args.results, args.run, args.data, args.out, args.jobs)
 
     overrides = _overrides(args)
     out = Path(args.out or f"runs/{args.preset}")
@@ -95,9 +174,8 @@ def main(argv=None) -> int:
         from .config import make_config
         from .run import run
 
-        path = run(make_config(args.preset, args.family, method=args.method, **overrides), out,
-                   progress=not args.no_progress)
-        print(path)
+        print(run(make_config(args.preset, args.family, method=args.method, **overrides), out,
+                  progress=not args.no_progress))
         return 0
 
     from .sweep import sweep, sweep_configs
@@ -106,53 +184,60 @@ def main(argv=None) -> int:
     for name in ("families", "partitions", "fractions", "methods", "seeds"):
         if getattr(args, name):
             axes[name] = getattr(args, name)
-    configs = sweep_configs(args.preset, activation_coverages=args.coverages or (None,), **axes, **overrides)
+    configs = sweep_configs(args.preset, activation_coverages=args.coverages or (None,),
+                            references=not args.no_references, **axes, **overrides)
     tic = time.perf_counter()
-    summary = sweep(configs, out, progress=not args.no_progress)
+    summary = sweep(configs, out, progress=not args.no_progress, jobs=args.jobs)
     print(f"sweep: {summary['ran']} ran, {summary['skipped']} already finished, {len(summary['failed'])} failed "
           f"in {time.perf_counter() - tic:.0f} s -> {out}")
     for name in summary["failed"]:
-        print(f"  failed: {name} (see {out / name / 'error.txt'})")
+        print(f"  failed: {name} (see {out / 'failed' / (name + '.txt')})")
     if args.report:
         _report(out, args.report, True)
     return 1 if summary["failed"] else 0
 
 
-def _report(runs, out, plots) -> int:
+def _report(runs, out, plots, allow_mixed_code=False) -> int:
     from .report import write_report
 
-    result = write_report(runs, out, plots=plots)
+    result = write_report(runs, out, plots=plots, allow_mixed_code=allow_mixed_code)
     print(f"tables: {result['tables']}")
     for path in result["plots"]:
         print(f"plot:   {path}")
     return 0
 
 
-def quickstart(data=None, out="runs/quickstart", progress=True, family="all") -> int:
-    """FedAvg vs FedLNS, IID, 40% malicious, CPU preset, each family (or one); prints tables and the plot's path."""
+def quickstart(data=None, out="runs/quickstart", progress=True, family="all", jobs=2) -> int:
+    """Per family: FedAvg with no attacker, FedAvg and FedLNS with 40% target-corrupting clients, and the oracle
+    (FedAvg over the benign clients only), IID, seed 100, in the ``quick`` preset; prints what they show."""
     from .data import resolve_data_dir
-    from .report import to_markdown, write_report
+    from .report import write_report
     from .sweep import sweep, sweep_configs
 
     data_dir = resolve_data_dir(data or "")
-    families = tuple(FAMILIES) if family == "all" else (family,)
+    families = FAMILIES if family == "all" else (family,)
     print(f"data: {data_dir if data_dir else 'synthetic corpus (no data folder found)'}")
-    if data_dir is not None:
-        configs = sweep_configs("cpu", families, ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data=str(data_dir))
-    else:   # the synthetic corpus is small: a smaller vocabulary and fewer blocks than the cpu preset's 800
-        configs = sweep_configs("cpu", families, ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), data="synthetic",
-                                vocab_size=512, max_train_blocks=600)
+    extra = {"data": str(data_dir)} if data_dir is not None else {"data": "synthetic", "vocab_size": 512}
+    configs = sweep_configs("quick", families, ("iid",), (0.4,), ("fedavg", "fedlns"), (100,), references=True,
+                            **extra)
     tic = time.perf_counter()
-    summary = sweep(configs, out, progress=progress)
+    summary = sweep(configs, out, progress=progress, jobs=jobs)
     result = write_report(out, Path(out) / "report")
-    for table in result["table_objects"]:
-        if table["metric"] == "perplexity":
-            print()
-            print(to_markdown(table))
-    for s in result["summaries"]:
-        print(f"{s['family']:>5} {s['method']:>7}: perplexity {s['initial_perplexity']:.0f} at start -> {s['perplexity']:.1f} "
-              f"at best round {s['best_round']}; rejected malicious (TPR) {s['tpr']:.2f}, benign (FPR) {s['fpr']:.2f}")
-    print(f"\nplot: {result['plots'][0]}\nall tables: {result['tables']}\n"
+    by_cell = {(s["family"], s["method"], s["fraction"]): s for s in result["summaries"]}
+    print(f"\n{'model':>6} {'run':<24} {'best ppl':>9} {'last 10':>9} {'TPR':>6} {'FPR':>6}")
+    for name in families:
+        for method, fraction in QUICKSTART_CELLS:
+            s = by_cell.get((name, method, fraction))
+            if s is None:
+                continue
+            label = {"fedavg": "FedAvg", "fedlns": "FedLNS", "oracle": "Oracle (benign only)"}[method]
+            detection = (f"{s['tpr']:>6.2f} {s['fpr']:>6.2f}" if method == "fedlns" else f"{'':>6} {'':>6}")
+            print(f"{name:>6} {label + f' at {fraction * 100:g}%':<24} {s['perplexity']:>9.1f} "
+                  f"{s['last10_perplexity']:>9.1f} {detection}")
+        unigram = by_cell.get((name, "fedavg", 0.0), {}).get("unigram_perplexity")
+        if unigram:
+            print(f"{name:>6} {'Unigram model':<24} {unigram:>9.1f}")
+    print(f"\nplots: {', '.join(str(p) for p in result['plots'])}\nall tables: {result['tables']}\n"
           f"({summary['ran']} runs in {time.perf_counter() - tic:.0f} s; finished runs are reused)")
     return 1 if summary["failed"] else 0
 

@@ -12,10 +12,20 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+# The one registry of names: the command line, the sweep, the report and the tests read these.
 FAMILIES = ("gpt", "bert", "llama")
+FAMILY_NAMES = {"gpt": "GPT / WikiText", "bert": "BERT / Shakespeare", "llama": "LLaMA / StackOverflow"}
 PARTITIONS = ("iid", "noniid")
-METHODS = ("fedavg", "norm_bounded_fedavg", "coordinate_median", "trimmed_mean", "multi_krum", "flame",
-           "fedlns", "fedlns_two")
+PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
+# Every method, in table order, with its display name.
+METHOD_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
+                "trimmed_mean": "Trimmed", "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS",
+                "fedlns_two": "FedLNS (2-GMM)", "oracle": "Oracle (benign only)"}
+METHODS = tuple(METHOD_NAMES)
+BASELINES = ("fedavg", "norm_bounded_fedavg", "coordinate_median", "trimmed_mean", "multi_krum", "flame")
+COMPARED = (*BASELINES, "fedlns")            # the paper's comparison (fig:attack40_ppl)
+# References, not defences: the oracle reads the ground truth (which clients are malicious).
+REFERENCES = ("oracle",)
 PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)
 PAPER_SEEDS = (100, 200, 300)
 
@@ -72,6 +82,7 @@ class Config:
     # system
     device: str = "auto"                  # auto | cpu | cuda
     threads: int = 0                      # torch threads; 0 = leave torch's default
+    record_signatures: bool = False       # FedLNS: save every client's signature per round (offline replay)
 
     @property
     def clients_per_round(self) -> int:
@@ -89,13 +100,20 @@ class Config:
         return dataclasses.asdict(self)
 
     def run_name(self) -> str:
-        """Directory name of this run: the swept axes, then a short hash of everything else."""
-        rest = {k: v for k, v in self.to_dict().items()
-                if k not in ("family", "partition", "malicious_fraction", "method", "seed", "activation_coverage",
-                             "device", "threads", "data")}
-        digest = hashlib.sha1(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:8]
-        return (f"{self.family}-{self.partition}-mal{round(self.malicious_fraction * 100):02d}-{self.method}"
-                f"-act{round(self.activation_coverage * 100):02d}-seed{self.seed}-{digest}")
+        """Directory name of this run: the swept axes, then a short hash of every setting of the experiment.
+
+        Examples
+        --------
+        >>> Config(malicious_fraction=0.3).run_name()[:35], Config(malicious_fraction=0.304).run_name()[:37]
+        ('gpt-iid-mal30-fedlns-act50-seed100-', 'gpt-iid-mal30.4-fedlns-act50-seed100-')
+        >>> Config(learning_rate=1e-3).run_name() != Config().run_name()
+        True
+        """
+        from .runfiles import experiment_fields   # one list of the machine keys, shared with resume
+
+        digest = hashlib.sha1(json.dumps(experiment_fields(self.to_dict()), sort_keys=True).encode()).hexdigest()[:8]
+        return (f"{self.family}-{self.partition}-mal{_percent(self.malicious_fraction)}-{self.method}"
+                f"-act{_percent(self.activation_coverage)}-seed{self.seed}-{digest}")
 
     def validate(self) -> "Config":
         checks = [
@@ -118,6 +136,12 @@ class Config:
             if not ok:
                 raise ValueError(message)
         return self
+
+
+def _percent(fraction: float) -> str:
+    """0.4 -> '40', 0.05 -> '05', 0.304 -> '30.4' (exact: two fractions never share a name)."""
+    value = round(fraction * 100, 10)
+    return f"{value:02.0f}" if value == int(value) else f"{value:g}"
 
 
 # The paper's per-family settings (tab:app_model_architectures, tab:app_optimization_eval).

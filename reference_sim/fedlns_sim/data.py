@@ -57,15 +57,20 @@ def resolve_data_dir(data: str = "") -> Path | None:
     """The data folder: the explicit argument, else ``$FEDLNS_DATA``, else ``../shared/data``, else None.
 
     ``data="synthetic"`` forces the synthetic corpus (None).
+    A folder named explicitly (the argument or ``$FEDLNS_DATA``) that does not exist is an error, never silently
+    replaced by another one.
     """
     if data == "synthetic":
         return None
-    for candidate in (data, os.environ.get("FEDLNS_DATA", ""), "../shared/data"):
-        if candidate and Path(candidate).is_dir():
+    for candidate, origin in ((data, "--data"), (os.environ.get("FEDLNS_DATA", ""), "$FEDLNS_DATA")):
+        if candidate == "synthetic":
+            return None
+        if candidate:
+            if not Path(candidate).is_dir():
+                raise FileNotFoundError(f"data folder {candidate!r} (from {origin}) does not exist")
             return Path(candidate).resolve()
-        if candidate and candidate == data:
-            raise FileNotFoundError(f"data folder {data!r} does not exist")
-    return None
+    fallback = Path("../shared/data")
+    return fallback.resolve() if fallback.is_dir() else None
 
 
 # ----------------------------------------------------------------------------------------------- text

@@ -1,4 +1,8 @@
-"""Server-side aggregation methods: the six baselines and FedLNS, behind one call per round."""
+"""Server-side aggregation methods: the six baselines, FedLNS and the oracle reference, behind one call per round.
+
+FedAvg, the oracle and FedLNS average with ``fedlns_core.weighted_average`` (through
+``ScreeningResult.aggregate`` for FedLNS), so every experiment also exercises the library users install.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedlns_core import weighted_average
+
 from .aggregators import apply_update, client_updates, make_aggregator, paper_parameters
 from .seeds import stream_key, stream_seed
-
-BASELINES = ("fedavg", "norm_bounded_fedavg", "coordinate_median", "trimmed_mean", "multi_krum", "flame")
-DISPLAY_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
-                 "trimmed_mean": "Trimmed", "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS",
-                 "fedlns_two": "FedLNS (2-GMM)"}
 
 
 @dataclass
@@ -27,7 +28,7 @@ class RoundOutcome:
 
 
 def make_screener(config):
-    """The FedLNS screener of a run (None for baselines)."""
+    """The FedLNS screener of a run (None for the other methods)."""
     if not config.method.startswith("fedlns"):
         return None
     from fedlns_core import FedLNS
@@ -54,16 +55,37 @@ def baseline_parameters(config) -> dict:
     return {}
 
 
+def _fedavg(global_params, client_params: dict, num_examples: dict) -> dict:
+    total = sum(num_examples.values())
+    return weighted_average(global_params, client_params, {c: n / total for c, n in num_examples.items()})
+
+
 def aggregate_round(config, screener, global_params, client_params: dict, num_examples: dict,
-                    round_index: int) -> RoundOutcome:
-    """One server step of ``config.method`` on the round's local models (dicts keyed by client id)."""
+                    round_index: int, malicious=frozenset()) -> RoundOutcome:
+    """One server step of ``config.method`` on the round's local models (dicts keyed by client id).
+
+    ``malicious`` (the ground truth) is read by the ``oracle`` reference only: FedAvg over the round's benign
+    clients, the ceiling of any screening defence.
+    """
     if screener is not None:
         result = screener.screen(global_params, client_params, num_examples)
         info = {"active": bool(result.active), "bank_size": int(result.bank_size),
                 "n_components": result.n_components,
-                "rejected_reasons": {str(k): v for k, v in result.rejected.items()}}
+                "rejected_reasons": {str(k): v for k, v in result.rejected.items()},
+                "signature_keys": list(result.signature_keys)}
+        if result.scores:   # active rounds: every client's delta and label, both BIC values
+            info.update(delta={str(k): v for k, v in result.scores.items()},
+                        label={str(k): v for k, v in (result.labels or {}).items()},
+                        bic={str(c): v for c, v in (result.bic or {}).items()})
         return RoundOutcome(result.aggregate(global_params, client_params), list(result.retained),
                             bool(result.active), True, info)
+    if config.method in ("fedavg", "oracle"):
+        kept = [c for c in client_params if config.method == "fedavg" or c not in malicious]
+        if not kept:   # a round of attackers only: the oracle keeps the global model
+            return RoundOutcome({k: np.array(v, copy=True) for k, v in global_params.items()}, [], True,
+                                config.method == "oracle", {})
+        params = _fedavg(global_params, {c: client_params[c] for c in kept}, {c: num_examples[c] for c in kept})
+        return RoundOutcome(params, kept, True, config.method == "oracle", {})
     params = baseline_parameters(config)
     if config.method == "flame":
         params["random_state"] = stream_key(config.seed, "flame", round_index)   # fresh noise each round

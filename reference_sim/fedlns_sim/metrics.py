@@ -1,4 +1,6 @@
-"""Evaluation metrics: loss, perplexity, token-level entropy, and detection rates."""
+"""Evaluation of a model (loss, perplexity, token-level entropy), the unigram reference, detection counts.
+
+Statistics over run records (best checkpoint, rates) are in ``stats``, which needs no torch."""
 
 from __future__ import annotations
 
@@ -74,24 +76,3 @@ def detection_counts(sampled, kept, malicious) -> dict:
     rejected = sampled - kept
     bad = sampled & set(malicious)
     return {"tp": len(rejected & bad), "fp": len(rejected - bad), "fn": len(kept & bad), "tn": len(kept - bad)}
-
-
-def detection_rates(tp: int, fp: int, fn: int, tn: int) -> dict:
-    """TPR = tp/(tp+fn), FPR = fp/(fp+tn), precision = tp/(tp+fp); NaN where undefined.
-
-    Examples
-    --------
-    >>> detection_rates(3, 1, 1, 5)
-    {'tpr': 0.75, 'fpr': 0.16666666666666666, 'precision': 0.75}
-    """
-    def ratio(a, b):
-        return a / b if b else float("nan")
-    return {"tpr": ratio(tp, tp + fn), "fpr": ratio(fp, fp + tn), "precision": ratio(tp, tp + fp)}
-
-
-def best_checkpoint(records: list[dict]) -> dict:
-    """The round with the lowest evaluation loss (ties: the earliest), the paper's per-seed reporting rule."""
-    trained = [r for r in records if r["round"] >= 1]
-    if not trained:
-        raise ValueError("no trained rounds to select from")
-    return min(trained, key=lambda r: (r["eval_loss"] if np.isfinite(r["eval_loss"]) else float("inf"), r["round"]))

@@ -1,7 +1,11 @@
-"""Tables and plots made from run files only (config.json + rounds.jsonl), never from in-memory state.
+"""Tables made from run files only (config.json + rounds.jsonl), never from in-memory state.
 
-Tables follow the paper's appendix: per seed, the checkpoint with the lowest evaluation loss gives loss,
-perplexity and entropy; entries are the mean and sample standard deviation over seeds.
+Per seed, the checkpoint with the lowest evaluation loss gives loss, perplexity and entropy (the paper's rule),
+and beside it the mean of the last ten rounds (how the run ends). Entries are the mean and sample standard
+deviation over seeds. Every table carries its references: ``Clean`` (FedAvg with no attacker), ``Oracle``
+(FedAvg over the round's benign clients only, which reads the ground truth) and, for perplexity, the unigram
+model of the evaluation set. Comparisons between methods are paired by seed. The report refuses to mix runs
+made by different code unless asked to.
 """
 
 from __future__ import annotations
@@ -15,20 +19,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import METHODS
-from .methods import DISPLAY_NAMES
-from .metrics import best_checkpoint, detection_rates
-from .run import read_records
+from .config import BASELINES, FAMILIES, FAMILY_NAMES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
+from .runfiles import read_records
+from .stats import auc, best_checkpoint, detection_rates, finite_loss, mean_std, recovery, t_interval
 
-FAMILY_NAMES = {"gpt": "GPT / WikiText", "bert": "BERT / Shakespeare", "llama": "LLaMA / StackOverflow"}
-PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 METRICS = {"eval_loss": "Test Loss", "perplexity": "Test PPL", "entropy": "Semantic Entropy"}
-# Not in the paper: how stable the end of training is (the paper's best-checkpoint rule hides swings).
-STABILITY = {"last10_perplexity": "PPL of the last 10 rounds (exp of their mean loss; not a paper table)"}
+KINDS = {"best": "best", "last10": "last 10"}   # best checkpoint; mean of the last ten rounds
+CLEAN, UNIGRAM = "clean", "unigram"              # reference rows besides the oracle method
+ROW_NAMES = {**METHOD_NAMES, CLEAN: "Clean (FedAvg, 0% malicious)", UNIGRAM: "Unigram model"}
+
+
+class MixedCodeError(ValueError):
+    """Runs made by different code were about to be put into one table."""
 
 
 def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
-    """One summary per run folder under ``root``: its config, best checkpoint, detection totals and timings.
+    """One summary per run folder under ``root``: its config, best checkpoint, last ten rounds, detection totals,
+    screening diagnostics and timings.
 
     Runs still in progress (fewer records than rounds) are left out unless ``finished_only=False``: a table must
     not mix a method's 40-round result with another's 12-round one.
@@ -42,51 +49,102 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
         if not trained or (finished_only and trained[-1]["round"] < config["rounds"]):
             continue
         best = best_checkpoint(records)
+        last = trained[-10:]
         decided = [r for r in trained if r.get("decided") and "tp" in r]
         totals = {k: sum(r[k] for r in decided) for k in ("tp", "fp", "fn", "tn")}
         active = [r["round"] for r in trained if r.get("active", True) and r.get("decided", True)]
+        code = meta.get("code") or {}
         summaries.append({
             "run": config_path.parent.name, "family": config["family"], "partition": config["partition"],
             "method": config["method"], "fraction": config["malicious_fraction"], "seed": config["seed"],
             "coverage": config["activation_coverage"], "rounds": config["rounds"], "completed": trained[-1]["round"],
-            "best_round": best["round"], "eval_loss": best["eval_loss"], "perplexity": _ppl(best),
-            "entropy": best["entropy"], "initial_perplexity": _ppl(records[0]) if records[0]["round"] == 0 else None,
-            "final_perplexity": _ppl(trained[-1]),
-            "last10_perplexity": _exp_mean_loss(trained[-10:]), "selects_clients": any(r.get("selects_clients") for r in trained),
-            **totals, **detection_rates(**totals),
+            "best_round": best["round"], "eval_loss": finite_loss(best), "perplexity": _ppl(finite_loss(best)),
+            "entropy": best["entropy"],
+            "last10_eval_loss": float(np.mean([finite_loss(r) for r in last])),
+            "last10_perplexity": _ppl(float(np.mean([finite_loss(r) for r in last]))),
+            "last10_entropy": _mean_or_nan([r.get("entropy") for r in last]),
+            "initial_perplexity": _ppl(finite_loss(records[0])) if records[0]["round"] == 0 else None,
+            "final_perplexity": _ppl(finite_loss(trained[-1])),
+            "unigram_perplexity": meta.get("unigram_perplexity"),
+            "selects_clients": any(r.get("selects_clients") for r in trained),
+            **totals, **detection_rates(**totals), **screening_diagnostics(trained),
             "client_time_s": sum(r["client_time_s"] for r in trained),
             "server_time_s": sum(r["server_time_s"] for r in trained),
             "eval_time_s": sum(r["eval_time_s"] for r in trained),
             "activation_round": active[0] if active else None,
             "early_best": _early_best(trained, active[0]) if active else None,
-            "curve": [(r["round"], _ppl(r)) for r in records],
+            "curve": [(r["round"], _ppl(finite_loss(r))) for r in records],
             "n_parameters": meta.get("n_parameters"), "data_source": meta.get("data_source"),
+            "eval_positions": meta.get("eval_positions"),
+            "code_source": code.get("source", "unknown"), "code_commit": code.get("commit"),
+            "code_dirty": code.get("dirty"), "code_version": code.get("version"),
         })
     return summaries
 
 
-def family_label(family: str, runs: list[dict]) -> str:
-    """'GPT / WikiText' etc., or 'GPT / synthetic corpus' when the runs used the generated corpus."""
-    if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
-        return f"{FAMILY_NAMES[family].split(' /')[0]} / synthetic corpus"
-    return FAMILY_NAMES[family]
+def screening_diagnostics(trained: list[dict]) -> dict:
+    """FedLNS's active rounds, from the per-round deltas and labels the run recorded.
+
+    ``wrong_cluster_rounds``: rounds where the rejected group held a smaller share of attackers than the
+    retained one (the mixture kept the wrong side). ``auc``: mean over rounds with both kinds of clients of the
+    probability that an attacker's delta exceeds a benign client's. ``one_component_rounds``: BIC chose one
+    component. ``singleton_rounds``: two components, one of them a single client.
+    """
+    rounds = [r for r in trained if r.get("delta")]
+    if not rounds:
+        return {"active_rounds": 0, "wrong_cluster_rounds": None, "auc": None, "one_component_rounds": None,
+                "singleton_rounds": None}
+    wrong, aucs, one, singleton = 0, [], 0, 0
+    for r in rounds:
+        bad = {str(c) for c in r.get("malicious_sampled", [])}
+        rejected = [c for c, label in r["label"].items() if label != 0]
+        kept = [c for c, label in r["label"].items() if label == 0]
+        if rejected and kept and _share(rejected, bad) < _share(kept, bad):
+            wrong += 1
+        attackers = [d for c, d in r["delta"].items() if c in bad]
+        benign = [d for c, d in r["delta"].items() if c not in bad]
+        if attackers and benign:
+            aucs.append(auc(attackers, benign))
+        one += r.get("n_components") == 1
+        singleton += r.get("n_components") == 2 and min(len(rejected), len(kept)) == 1
+    return {"active_rounds": len(rounds), "wrong_cluster_rounds": wrong,
+            "auc": float(np.mean(aucs)) if aucs else None, "one_component_rounds": one,
+            "singleton_rounds": singleton}
 
 
-def _exp_mean_loss(records: list[dict]) -> float:
-    losses = [r["eval_loss"] for r in records]
-    return float("inf") if any(x is None for x in losses) else min(math.exp(float(np.mean(losses))), float("inf"))
+def _share(clients, bad) -> float:
+    return sum(c in bad for c in clients) / len(clients)
 
 
-def _ppl(record: dict) -> float:
-    value = record.get("perplexity")
-    return float("inf") if value is None else value
+def _mean_or_nan(values) -> float:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _ppl(loss: float) -> float:
+    return math.exp(loss) if loss < 700 else float("inf")
 
 
 def _early_best(trained: list[dict], activation_round: int, window: int = 10) -> dict:
     """Bank-coverage ablation rule: the best of the first ``window`` active rounds."""
     rows = [r for r in trained if activation_round <= r["round"] < activation_round + window]
-    best = min(rows, key=lambda r: r["eval_loss"] if r["eval_loss"] is not None else float("inf"))
-    return {"eval_loss": best["eval_loss"], "perplexity": _ppl(best), "entropy": best["entropy"]}
+    best = min(rows, key=finite_loss)
+    return {"eval_loss": finite_loss(best), "perplexity": _ppl(finite_loss(best)), "entropy": best["entropy"]}
+
+
+def check_same_code(summaries: list[dict]) -> dict:
+    """The code that made the runs; raises :class:`MixedCodeError` if they were made by different code."""
+    sources = defaultdict(list)
+    for s in summaries:
+        sources[s["code_source"]].append(s)
+    if len(sources) > 1:
+        parts = ", ".join(f"{source} ({len(runs)} runs, commit {(runs[0]['code_commit'] or '?')[:10]})"
+                          for source, runs in sorted(sources.items(), key=lambda item: -len(item[1])))
+        raise MixedCodeError(f"the runs were made by {len(sources)} versions of the code: {parts}; re-run them "
+                             "at one version, or pass --allow-mixed-code")
+    first = summaries[0]
+    return {"source": first["code_source"], "commit": first["code_commit"], "dirty": first["code_dirty"],
+            "version": first["code_version"]}
 
 
 def main_runs(summaries: list[dict]) -> list[dict]:
@@ -96,23 +154,15 @@ def main_runs(summaries: list[dict]) -> list[dict]:
     return [s for s in summaries if s["method"] not in ("fedlns", "fedlns_two") or s["coverage"] == default]
 
 
-def mean_std(values) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof=1; NaN for a single value).
-
-    Examples
-    --------
-    >>> mean_std([1.0, 2.0, 3.0])
-    (2.0, 1.0)
-    """
-    values = np.asarray(values, dtype=float)
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan")
-
-
 def _group(summaries, keys):
     groups = defaultdict(list)
     for s in summaries:
         groups[tuple(s[k] for k in keys)].append(s)
     return groups
+
+
+def _ordered(present, order=METHODS):
+    return [m for m in order if m in present]
 
 
 def _cell(mean, std, digits):
@@ -121,53 +171,158 @@ def _cell(mean, std, digits):
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if math.isfinite(std) else "")
 
 
-def _ordered_methods(present):
-    return [m for m in METHODS if m in present]
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
 
 
 # ------------------------------------------------------------------------------------------ tables
 
 def fraction_tables(summaries: list[dict]) -> list[dict]:
-    """The appendix tables: per (family, partition, metric) rows = methods, columns = malicious fractions."""
+    """The appendix tables with references: per (family, partition, metric) rows = methods, then Oracle, Clean and
+    (perplexity) Unigram; columns = malicious fractions x {best checkpoint, last 10 rounds}."""
     main = [s for s in main_runs(summaries) if s["method"] != "fedlns_two"]
     tables = []
-    for family in ("gpt", "bert", "llama"):
-        for partition in ("iid", "noniid"):
+    for family in FAMILIES:
+        for partition in PARTITIONS:
             subset = [s for s in main if s["family"] == family and s["partition"] == partition]
             if not subset:
                 continue
-            fractions = sorted({s["fraction"] for s in subset})
-            methods = _ordered_methods({s["method"] for s in subset})
+            # a 0% column only when a defence ran without attackers too; else FedAvg at 0% is the Clean row
+            fractions = sorted({s["fraction"] for s in subset if s["fraction"] > 0 or s["method"] != "fedavg"})
+            fractions = fractions or [0.0]
+            methods = _ordered({s["method"] for s in subset})
+            methods = [m for m in methods if m != "oracle"] + [m for m in methods if m == "oracle"]
+            clean = [s for s in subset if s["method"] == "fedavg" and s["fraction"] == 0.0]
             groups = _group(subset, ("method", "fraction"))
-            for metric, title in {**METRICS, **STABILITY}.items():
-                cells = {key: mean_std([s[metric] for s in runs]) + (len(runs),) for key, runs in groups.items()}
+            columns = [(f, kind) for f in fractions for kind in KINDS]
+            for metric, title in METRICS.items():
+                cells = {}
+                for (method, fraction), runs in groups.items():
+                    for kind in KINDS:
+                        cells[(method, (fraction, kind))] = _stat(runs, metric, kind)
+                rows = list(methods)
+                if clean:
+                    rows.append(CLEAN)
+                    for column in columns:
+                        cells[(CLEAN, column)] = _stat(clean, metric, column[1])
+                if metric == "perplexity":
+                    unigram = [s["unigram_perplexity"] for s in subset if s["unigram_perplexity"] is not None]
+                    if unigram:
+                        rows.append(UNIGRAM)
+                        for column in columns:
+                            cells[(UNIGRAM, column)] = mean_std(unigram) + (len(unigram),)
                 tables.append({"family": family, "partition": partition, "metric": metric,
                                "title": f"{title} under different malicious-client fractions for "
-                                        f"{family_label(family, subset)} with {PARTITION_NAMES[partition]} partition",
-                               "columns": [f"{round(f * 100)}%" for f in fractions], "fractions": fractions,
-                               "rows": methods, "cells": cells})
+                                        f"{family_label(family, subset)} with {PARTITION_NAMES[partition]} partition "
+                                        "(best checkpoint and mean of the last 10 rounds)",
+                               "columns": [f"{_percent(f)} {KINDS[kind]}" for f, kind in columns],
+                               "keys": columns, "rows": rows, "cells": cells,
+                               "references": {"oracle", CLEAN, UNIGRAM}})
     return tables
 
 
+def _stat(runs, metric, kind):
+    key = metric if kind == "best" else f"last10_{metric}"
+    return mean_std([s[key] for s in runs]) + (len(runs),)
+
+
+def family_label(family: str, runs: list[dict]) -> str:
+    """'GPT / WikiText' etc., or 'GPT / synthetic corpus' when the runs used the generated corpus."""
+    if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
+        return f"{FAMILY_NAMES[family].split(' /')[0]} / synthetic corpus"
+    return FAMILY_NAMES[family]
+
+
+def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
+    """FedLNS against the strongest baseline and against FedAvg, paired by seed, per (family, partition,
+    fraction > 0): per-seed differences of perplexity (FedLNS minus the other; negative = FedLNS better) with
+    a t interval over seeds, at the best checkpoint and over the last 10 rounds.
+
+    The strongest baseline is the one with the lowest mean best-checkpoint perplexity over the seeds FedLNS ran
+    too; the oracle and the clean run are references, never the baseline.
+    """
+    rows = []
+    main = main_runs(summaries)
+    by_key = {(s["family"], s["partition"], s["fraction"], s["method"], s["seed"]): s for s in main}
+    for (family, partition, fraction), runs in sorted(_group(main, ("family", "partition", "fraction")).items(),
+                                                      key=lambda item: _setting_order(*item[0])):
+        if fraction == 0:
+            continue
+        seeds = {s["seed"] for s in runs if s["method"] == "fedlns"}
+        candidates = {}
+        for method in BASELINES:
+            shared = sorted(seed for seed in seeds if (family, partition, fraction, method, seed) in by_key)
+            if shared:
+                candidates[method] = (np.mean([by_key[(family, partition, fraction, method, seed)]["perplexity"]
+                                               for seed in shared]), shared)
+        if not candidates:
+            continue
+        strongest = min(candidates, key=lambda m: candidates[m][0])
+        for label, other in (("strongest baseline", strongest), ("FedAvg", "fedavg")):
+            if other not in candidates:
+                continue
+            shared = candidates[other][1]
+            row = {"family": family, "partition": partition, "fraction": fraction, "against": label,
+                   "baseline": other, "seeds": shared}
+            for kind in KINDS:
+                key = "perplexity" if kind == "best" else "last10_perplexity"
+                differences = [by_key[(family, partition, fraction, "fedlns", seed)][key]
+                               - by_key[(family, partition, fraction, other, seed)][key] for seed in shared]
+                row[kind] = t_interval(differences, confidence)
+                row[f"{kind}_wins"] = sum(d < 0 for d in differences)
+            rows.append(row)
+    return rows
+
+
+def recovery_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
+    """Recovery (FedAvg - method) / (FedAvg - oracle) of every defence at each fraction > 0, paired by seed:
+    the per-seed values' mean with a t interval, and the ratio of the means."""
+    rows = []
+    main = main_runs(summaries)
+    by_key = {(s["family"], s["partition"], s["fraction"], s["method"], s["seed"]): s for s in main}
+    for (family, partition, fraction), runs in sorted(_group(main, ("family", "partition", "fraction")).items(),
+                                                      key=lambda item: _setting_order(*item[0])):
+        if fraction == 0:
+            continue
+        for method in _ordered({s["method"] for s in runs}):
+            if method in ("fedavg", "oracle", "fedlns_two"):
+                continue
+            seeds = sorted(s["seed"] for s in runs if s["method"] == method
+                           and (family, partition, fraction, "fedavg", s["seed"]) in by_key
+                           and (family, partition, fraction, "oracle", s["seed"]) in by_key)
+            if not seeds:
+                continue
+            row = {"family": family, "partition": partition, "fraction": fraction, "method": method, "seeds": seeds}
+            for kind in KINDS:
+                key = "perplexity" if kind == "best" else "last10_perplexity"
+                triples = [tuple(by_key[(family, partition, fraction, m, seed)][key]
+                                 for m in ("fedavg", method, "oracle")) for seed in seeds]
+                row[kind] = t_interval([recovery(*t) for t in triples], confidence)
+                row[f"{kind}_of_means"] = recovery(*np.mean(triples, axis=0))
+            rows.append(row)
+    return rows
+
+
+def _setting_order(family, partition, fraction):
+    return FAMILIES.index(family), PARTITIONS.index(partition), fraction
+
+
 def gmm_tables(summaries: list[dict]) -> list[dict]:
-    """GMM-selection ablation (BIC vs forced two components): rows = rule, columns = families."""
+    """GMM-selection ablation (BIC vs forced two components): rows = rule, columns = families, same seeds."""
     tables = []
     subset = [s for s in main_runs(summaries) if s["method"] in ("fedlns", "fedlns_two")]
-    # compare the two rules on the same seeds only
     key = lambda s: (s["family"], s["partition"], s["fraction"], s["seed"])  # noqa: E731
     both = {key(s) for s in subset if s["method"] == "fedlns"} & {key(s) for s in subset if s["method"] == "fedlns_two"}
     subset = [s for s in subset if key(s) in both]
-    if not subset:
-        return tables
     for (partition, fraction), runs in sorted(_group(subset, ("partition", "fraction")).items()):
-        families = [f for f in ("gpt", "bert", "llama") if any(s["family"] == f for s in runs)]
+        families = [f for f in FAMILIES if any(s["family"] == f for s in runs)]
         groups = _group(runs, ("method", "family"))
         for metric, title in METRICS.items():
-            cells = {key: mean_std([s[metric] for s in rs]) + (len(rs),) for key, rs in groups.items()}
             tables.append({"title": f"GMM-selection ablation under {PARTITION_NAMES[partition]} partition with "
-                                    f"{round(fraction * 100)}% malicious clients. Metric: {title}",
-                           "columns": [FAMILY_NAMES[f] for f in families], "fractions": families,
-                           "rows": ["fedlns", "fedlns_two"], "cells": cells, "metric": metric,
+                                    f"{_percent(fraction)} malicious clients. Metric: {title}",
+                           "columns": [FAMILY_NAMES[f] for f in families], "keys": families,
+                           "rows": ["fedlns", "fedlns_two"], "metric": metric,
+                           "cells": {k: mean_std([s[metric] for s in rs]) + (len(rs),) for k, rs in groups.items()},
                            "row_names": {"fedlns": "BIC 1/2-GMM", "fedlns_two": "Forced 2-GMM"},
                            "row_header": "GMM rule"})
     return tables
@@ -180,50 +335,51 @@ def bank_tables(summaries: list[dict]) -> list[dict]:
     for (partition, fraction), runs in sorted(_group(subset, ("partition", "fraction")).items()):
         if len({s["coverage"] for s in runs}) < 2:
             continue
-        families = [f for f in ("gpt", "bert", "llama") if any(s["family"] == f for s in runs)]
+        families = [f for f in FAMILIES if any(s["family"] == f for s in runs)]
         groups = _group(runs, ("coverage", "family"))
         coverages = sorted({s["coverage"] for s in runs})
         names = {c: f"{round(c * 100)}%" for c in coverages}
-        cells = {key: mean_std([s["activation_round"] for s in rs]) + (len(rs),) for key, rs in groups.items()}
-        tables.append({"title": f"Activation rounds, {PARTITION_NAMES[partition]} partition, "
-                                f"{round(fraction * 100)}% malicious", "columns": [FAMILY_NAMES[f] for f in families],
-                       "fractions": families, "rows": coverages, "row_names": names, "cells": cells,
-                       "metric": "activation_round", "digits": 1, "row_header": "M_act/K"})
+        common = {"columns": [FAMILY_NAMES[f] for f in families], "keys": families, "rows": coverages,
+                  "row_names": names, "row_header": "M_act/K"}
+        tables.append({**common, "title": f"Activation rounds, {PARTITION_NAMES[partition]} partition, "
+                                          f"{_percent(fraction)} malicious", "metric": "activation_round",
+                       "digits": 1,
+                       "cells": {k: mean_std([s["activation_round"] for s in rs]) + (len(rs),)
+                                 for k, rs in groups.items()}})
         for metric, title in METRICS.items():
-            cells = {key: mean_std([s["early_best"][metric] for s in rs]) + (len(rs),) for key, rs in groups.items()}
-            tables.append({"title": f"Bank-coverage ablation, first ten active rounds, {PARTITION_NAMES[partition]} "
-                                    f"partition, {round(fraction * 100)}% malicious. Metric: {title}",
-                           "columns": [FAMILY_NAMES[f] for f in families], "fractions": families, "rows": coverages,
-                           "row_names": names, "cells": cells, "metric": metric, "row_header": "M_act/K"})
+            tables.append({**common, "metric": metric,
+                           "title": f"Bank-coverage ablation, first ten active rounds, {PARTITION_NAMES[partition]} "
+                                    f"partition, {_percent(fraction)} malicious. Metric: {title}",
+                           "cells": {k: mean_std([s["early_best"][metric] for s in rs]) + (len(rs),)
+                                     for k, rs in groups.items()}})
     return tables
 
 
-def _digits(table):
-    return table.get("digits", 2)
-
-
 def to_markdown(table: dict) -> str:
-    """A table as Markdown; the lowest mean per column is bold."""
-    names = table.get("row_names", DISPLAY_NAMES)
+    """A table as Markdown; the lowest mean per column among the compared methods is bold (references never)."""
+    names = table.get("row_names", ROW_NAMES)
     best = _best_per_column(table)
-    lines = [f"**{table['title']}**", "", f"| {table.get('row_header', 'Method')} | " + " | ".join(table["columns"]) + " |",
+    lines = [f"**{table['title']}**", "",
+             f"| {table.get('row_header', 'Method')} | " + " | ".join(table["columns"]) + " |",
              "|---" * (len(table["columns"]) + 1) + "|"]
     for row in table["rows"]:
         cells = []
-        for column in table["fractions"]:
+        for column in table["keys"]:
             if (row, column) not in table["cells"]:
                 cells.append("–")
                 continue
             mean, std, _ = table["cells"][(row, column)]
-            text = _cell(mean, std, _digits(table))
+            text = _cell(mean, std, table.get("digits", 2))
             cells.append(f"**{text}**" if best.get(column) == row else text)
-        lines.append(f"| {names.get(row, row)} | " + " | ".join(cells) + " |")
+        name = names.get(row, row)
+        lines.append(f"| {'*' + name + '*' if row in table.get('references', ()) else name} | " + " | ".join(cells)
+                     + " |")
     return "\n".join(lines) + "\n"
 
 
 def to_latex(table: dict) -> str:
-    """A table laid out like the paper's (booktabs, mean $\\pm$ std, best in bold)."""
-    names = table.get("row_names", DISPLAY_NAMES)
+    """A table laid out like the paper's (booktabs, mean $\\pm$ std, best in bold, references in italics)."""
+    names = table.get("row_names", ROW_NAMES)
     best = _best_per_column(table)
     out = ["\\begin{table}[ht]\\centering", "\\caption{" + table["title"].replace("%", "\\%") + ".}",
            "\\begin{tabular}{l" + "c" * len(table["columns"]) + "}", "\\toprule",
@@ -231,42 +387,84 @@ def to_latex(table: dict) -> str:
            + " & ".join(c.replace("%", "\\%") for c in table["columns"]) + " \\\\", "\\midrule"]
     for row in table["rows"]:
         cells = []
-        for column in table["fractions"]:
+        for column in table["keys"]:
             if (row, column) not in table["cells"]:
                 cells.append("--")
                 continue
             mean, std, _ = table["cells"][(row, column)]
-            text = _cell(mean, std, _digits(table)).replace("±", "$\\pm$")
+            text = _cell(mean, std, table.get("digits", 2)).replace("±", "$\\pm$")
             cells.append(f"\\textbf{{{text}}}" if best.get(column) == row else text)
-        out.append(f"{names.get(row, row)}".replace("%", "\\%") + " & " + " & ".join(cells) + " \\\\")
+        name = f"{names.get(row, row)}".replace("%", "\\%")
+        out.append(("\\textit{" + name + "}" if row in table.get("references", ()) else name) + " & "
+                   + " & ".join(cells) + " \\\\")
     out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return "\n".join(out)
 
 
 def _best_per_column(table):
     best = {}
-    for column in table["fractions"]:
+    if table.get("metric") == "activation_round":
+        return best
+    for column in table["keys"]:
         candidates = [(table["cells"][(row, column)][0], i, row) for i, row in enumerate(table["rows"])
-                      if (row, column) in table["cells"] and math.isfinite(table["cells"][(row, column)][0])]
-        if candidates and table.get("metric") != "activation_round":
+                      if (row, column) in table["cells"] and row not in table.get("references", ())
+                      and math.isfinite(table["cells"][(row, column)][0])]
+        if candidates:
             best[column] = min(candidates)[2]
     return best
 
 
-def detection_table(summaries: list[dict]) -> str:
-    """Kept/rejected against the ground truth, summed over the rounds where a method decided (Markdown)."""
-    lines = ["| Model | Partition | Malicious | Method | TPR | FPR | Precision | Rejected updates |",
-             "|---|---|---|---|---|---|---|---|"]
+def paired_markdown(rows: list[dict]) -> str:
+    lines = ["| Model | Partition | Malicious | FedLNS minus | Seeds | Best checkpoint: mean [95% CI] | FedLNS better "
+             "| Last 10 rounds: mean [95% CI] | FedLNS better |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        n = len(r["seeds"])
+        lines.append(f"| {FAMILY_NAMES[r['family']]} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
+                     f"{r['against']} ({METHOD_NAMES[r['baseline']]}) | {n} | {_interval(r['best'])} | "
+                     f"{r['best_wins']}/{n} | {_interval(r['last10'])} | {r['last10_wins']}/{n} |")
+    return "\n".join(lines) + "\n"
+
+
+def recovery_markdown(rows: list[dict]) -> str:
+    lines = ["| Model | Partition | Malicious | Method | Seeds | Best: per-seed mean [95% CI] | Best: of means "
+             "| Last 10: per-seed mean [95% CI] | Last 10: of means |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {FAMILY_NAMES[r['family']]} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
+                     f"{METHOD_NAMES[r['method']]} | {len(r['seeds'])} | {_interval(r['best'], 2)} | "
+                     f"{r['best_of_means']:.2f} | {_interval(r['last10'], 2)} | {r['last10_of_means']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _interval(result: dict, digits: int = 1) -> str:
+    if not math.isfinite(result["low"]):
+        return f"{result['mean']:+.{digits}f}"
+    return f"{result['mean']:+.{digits}f} [{result['low']:+.{digits}f}, {result['high']:+.{digits}f}]"
+
+
+def detection_markdown(summaries: list[dict]) -> str:
+    """Kept/rejected against the ground truth, summed over the rounds where a method decided; FedLNS's screening
+    diagnostics beside it."""
+    lines = ["| Model | Partition | Malicious | Method | Runs | TPR | FPR | Precision | Active rounds | "
+             "Wrong-cluster rounds | AUC of delta | One component | Singleton component |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (family, partition, fraction, method), runs in sorted(
             _group(main_runs(summaries), ("family", "partition", "fraction", "method")).items(),
-            key=lambda item: (item[0][0], item[0][1], item[0][2], METHODS.index(item[0][3]))):
-        if not runs[0]["selects_clients"]:
+            key=lambda item: (*_setting_order(*item[0][:3]), METHODS.index(item[0][3]))):
+        if not runs[0]["selects_clients"] or method == "oracle":
             continue
-        totals = {k: sum(s[k] for s in runs) for k in ("tp", "fp", "fn", "tn")}
-        rates = detection_rates(**totals)
-        lines.append(f"| {FAMILY_NAMES[family]} | {PARTITION_NAMES[partition]} | {round(fraction * 100)}% | "
-                     f"{DISPLAY_NAMES[method]} | {_pct(rates['tpr'])} | {_pct(rates['fpr'])} | "
-                     f"{_pct(rates['precision'])} | {totals['tp'] + totals['fp']} |")
+        rates = detection_rates(**{k: sum(s[k] for s in runs) for k in ("tp", "fp", "fn", "tn")})
+        screened = [s for s in runs if s["active_rounds"]]
+        extra = ["–"] * 5
+        if screened:
+            aucs = [s["auc"] for s in screened if s["auc"] is not None]
+            extra = [str(sum(s["active_rounds"] for s in screened)),
+                     str(sum(s["wrong_cluster_rounds"] for s in screened)),
+                     f"{np.mean(aucs):.3f}" if aucs else "–",
+                     str(sum(s["one_component_rounds"] for s in screened)),
+                     str(sum(s["singleton_rounds"] for s in screened))]
+        lines.append(f"| {FAMILY_NAMES[family]} | {PARTITION_NAMES[partition]} | {_percent(fraction)} | "
+                     f"{METHOD_NAMES[method]} | {len(runs)} | {_pct(rates['tpr'])} | {_pct(rates['fpr'])} | "
+                     f"{_pct(rates['precision'])} | " + " | ".join(extra) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -274,17 +472,16 @@ def _pct(value):
     return "–" if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
 
 
-def timing_table(summaries: list[dict]) -> str:
+def timing_markdown(summaries: list[dict]) -> str:
     """Wall time per run: client training, server aggregation, evaluation (Markdown, mean over runs)."""
-    lines = ["| Model | Method | Runs | Rounds | Client training (s) | Server aggregation (s) | Evaluation (s) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| Model | Method | Runs | Rounds | Client training (s) | Server aggregation (s) | Evaluation (s) "
+             "| Total (s) |", "|---|---|---|---|---|---|---|---|"]
     for (family, method), runs in sorted(_group(summaries, ("family", "method")).items(),
-                                         key=lambda item: (item[0][0], METHODS.index(item[0][1]))):
-        lines.append(f"| {FAMILY_NAMES[family]} | {DISPLAY_NAMES[method]} | {len(runs)} | "
-                     f"{np.mean([s['completed'] for s in runs]):.0f} | "
-                     f"{np.mean([s['client_time_s'] for s in runs]):.1f} | "
-                     f"{np.mean([s['server_time_s'] for s in runs]):.2f} | "
-                     f"{np.mean([s['eval_time_s'] for s in runs]):.1f} |")
+                                         key=lambda item: (FAMILIES.index(item[0][0]), METHODS.index(item[0][1]))):
+        parts = [np.mean([s[k] for s in runs]) for k in ("client_time_s", "server_time_s", "eval_time_s")]
+        lines.append(f"| {FAMILY_NAMES[family]} | {METHOD_NAMES[method]} | {len(runs)} | "
+                     f"{np.mean([s['completed'] for s in runs]):.0f} | {parts[0]:.1f} | {parts[1]:.2f} | "
+                     f"{parts[2]:.1f} | {sum(parts):.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -294,150 +491,58 @@ def tables_csv(tables: list[dict]) -> str:
     writer = csv.writer(buffer)
     writer.writerow(["table", "metric", "row", "column", "mean", "std", "n_seeds"])
     for table in tables:
-        names = table.get("row_names", DISPLAY_NAMES)
+        names = table.get("row_names", ROW_NAMES)
         for row in table["rows"]:
-            for column, label in zip(table["fractions"], table["columns"]):
+            for column, label in zip(table["keys"], table["columns"]):
                 if (row, column) in table["cells"]:
                     mean, std, n = table["cells"][(row, column)]
                     writer.writerow([table["title"], table["metric"], names.get(row, row), label, mean, std, n])
     return buffer.getvalue()
 
 
-# ------------------------------------------------------------------------------------------ plots
-
-def plot_all(summaries: list[dict], out: Path) -> list[Path]:
-    """PNG plots: perplexity vs malicious fraction, per-round curves, detection rates."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    main = main_runs(summaries)
-    panels = sorted({(s["family"], s["partition"]) for s in main},
-                    key=lambda p: (p[1], ["gpt", "bert", "llama"].index(p[0])))
-    paths = []
-    if not panels:
-        return paths
-    colors = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(METHODS)}
-
-    families = [f for f in ("gpt", "bert", "llama") if any(p[0] == f for p in panels)]
-    partitions = [p for p in ("iid", "noniid") if any(q[1] == p for q in panels)]
-
-    def grid():
-        # rows = partitions, columns = families, as in the paper's figures; one axis per panel, in panel order
-        figure, axes = plt.subplots(len(partitions), len(families), figsize=(4.6 * len(families), 3.9 * len(partitions)),
-                                    squeeze=False)
-        used = [axes[partitions.index(p)][families.index(f)] for f, p in panels]
-        for row in axes:
-            for axis in row:
-                if not any(axis is u for u in used):
-                    axis.set_visible(False)
-        return figure, used
-
-    def finish(figure, axes, path):
-        axes[-1].legend(fontsize=7)
-        figure.tight_layout()
-        _save(figure, path)
-        plt.close(figure)
-        return path
-
-    # 1. perplexity vs malicious fraction (bars with error bars when only one fraction was run)
-    figure, axes = grid()
-    for axis, (family, partition) in zip(axes, panels):
-        runs = [s for s in main if s["family"] == family and s["partition"] == partition]
-        fractions = sorted({s["fraction"] for s in runs})
-        methods = _ordered_methods({s["method"] for s in runs})
-        for i, method in enumerate(methods):
-            stats = [mean_std([s["perplexity"] for s in runs if s["method"] == method and s["fraction"] == f])
-                     if any(s["method"] == method and s["fraction"] == f for s in runs) else (np.nan, np.nan)
-                     for f in fractions]
-            means = [m for m, _ in stats]
-            stds = [0.0 if not math.isfinite(sd) else sd for _, sd in stats]
-            if len(fractions) == 1:
-                axis.bar(i, means[0], yerr=stds[0], color=colors[method], label=DISPLAY_NAMES[method], capsize=3)
-            else:
-                axis.errorbar([100 * f for f in fractions], means, yerr=stds, marker="o", color=colors[method],
-                              label=DISPLAY_NAMES[method], capsize=3)
-        if len(fractions) == 1:
-            axis.set_xticks(range(len(methods)), [DISPLAY_NAMES[m] for m in methods], rotation=60, fontsize=7)
-            low = min(mean_std([s["perplexity"] for s in runs if s["method"] == m])[0] for m in methods)
-            axis.set_ylim(bottom=0.9 * low)
-            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}\n"
-                           f"{round(fractions[0] * 100)}% malicious", fontsize=9)
-        else:
-            axis.set_xlabel("malicious clients (%)")
-            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
-        axis.set_ylabel("perplexity (best checkpoint)")
-    paths.append(finish(figure, axes, out / "perplexity_vs_fraction.png"))
-
-    # 2. per-round curves at the largest fraction (seed mean)
-    figure, axes = grid()
-    for axis, (family, partition) in zip(axes, panels):
-        runs = [s for s in main if s["family"] == family and s["partition"] == partition]
-        top = max(s["fraction"] for s in runs)
-        for method in _ordered_methods({s["method"] for s in runs}):
-            curves = [dict(s["curve"]) for s in runs if s["method"] == method and s["fraction"] == top]
-            rounds = sorted(set.intersection(*(set(c) for c in curves)))
-            axis.plot(rounds, [np.mean([c[r] for c in curves]) for r in rounds], color=colors[method],
-                      label=DISPLAY_NAMES[method], linewidth=1.2)
-        axis.set_yscale("log")
-        axis.set_xlabel("round")
-        axis.set_ylabel("evaluation perplexity")
-        axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}, {round(top * 100)}% malicious",
-                       fontsize=9)
-    paths.append(finish(figure, axes, out / "perplexity_per_round.png"))
-
-    # 3. detection rates of the methods that pick clients
-    figure, axes = grid()
-    for axis, (family, partition) in zip(axes, panels):
-        runs = [s for s in main if s["family"] == family and s["partition"] == partition and s["selects_clients"]]
-        methods = _ordered_methods({s["method"] for s in runs})
-        for i, method in enumerate(methods):
-            totals = {k: sum(s[k] for s in runs if s["method"] == method) for k in ("tp", "fp", "fn", "tn")}
-            rates = detection_rates(**totals)
-            axis.bar(i - 0.2, rates["tpr"], width=0.4, color="tab:green", label="TPR" if i == 0 else None)
-            axis.bar(i + 0.2, rates["fpr"], width=0.4, color="tab:red", label="FPR" if i == 0 else None)
-        axis.set_xticks(range(len(methods)), [DISPLAY_NAMES[m] for m in methods], fontsize=8)
-        axis.set_ylim(0, 1)
-        axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
-        axis.set_ylabel("rate over decided rounds")
-    paths.append(finish(figure, axes, out / "detection_rates.png"))
-    return paths
-
-
-def _save(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    return path
-
-
 # ------------------------------------------------------------------------------------------ entry point
 
-def write_report(root: str | Path, out: str | Path, plots: bool = True) -> dict:
-    """Write ``tables.md``, ``tables.tex``, ``tables.csv``, ``runs.csv`` and the PNG plots into ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mixed_code: bool = False) -> dict:
+    """Write ``tables.md``, ``tables.tex``, ``tables.csv``, ``runs.csv`` and the PNG plots into ``out``.
+
+    Raises ``FileNotFoundError`` when ``root`` holds no finished run and :class:`MixedCodeError` when its runs
+    were made by different code (unless ``allow_mixed_code``).
+    """
     summaries = load_runs(root)
     if not summaries:
         raise FileNotFoundError(f"no finished run under {root}")
+    code = None if allow_mixed_code else check_same_code(summaries)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     unfinished = len(load_runs(root, finished_only=False)) - len(summaries)
     tables = fraction_tables(summaries) + gmm_tables(summaries) + bank_tables(summaries)
+    paired, recovered = paired_rows(summaries), recovery_rows(summaries)
     sources = sorted({s["data_source"] for s in summaries if s["data_source"]})
-    learning = [f"| {FAMILY_NAMES[s['family']]} | {PARTITION_NAMES[s['partition']]} | {DISPLAY_NAMES[s['method']]} | "
-                f"{round(s['fraction'] * 100)}% | {round(s['coverage'] * 100)}% | {s['seed']} | "
-                f"{s['initial_perplexity']:.1f} | {s['perplexity']:.1f} "
-                f"(round {s['best_round']}) | {s['final_perplexity']:.1f} |"
-                for s in summaries if s["initial_perplexity"] is not None]
-    markdown = ["# Results", "", f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` "
-                f"({len(summaries)} finished runs" + (f"; {unfinished} unfinished left out" if unfinished else "") + "). Per seed, the checkpoint with the lowest evaluation loss; "
-                "mean ± sample standard deviation over seeds (no ± with one seed).", "",
-                "Data: " + "; ".join(sources), ""]
+    made_by = ("code of several versions (--allow-mixed-code)" if code is None else
+               f"fedlns-core {code['version']}, source hash `{code['source']}`, commit "
+               f"`{(code['commit'] or 'unknown')[:12]}`" + (" with uncommitted changes" if code["dirty"] else ""))
+    markdown = ["# Results", "",
+                f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` ({len(summaries)} finished "
+                f"runs" + (f"; {unfinished} unfinished left out" if unfinished else "") + f"), all run by {made_by}. "
+                "Per seed, the checkpoint with the lowest evaluation loss (best) and the mean of the last 10 rounds "
+                "(for perplexity: exp of the mean loss); mean ± sample standard deviation over seeds (no ± with one "
+                "seed). References in italics: *Oracle* averages the round's benign clients only (it reads the "
+                "ground truth); *Clean* is FedAvg with no malicious client; *Unigram* is an add-one unigram model "
+                "of the training tokens.", "", "Data: " + "; ".join(sources), ""]
     markdown += [to_markdown(t) for t in tables]
-    markdown += ["## Detection (positive = rejected)", "", detection_table(summaries),
-                 "## Wall time per run (seconds, mean over runs)", "", timing_table(summaries),
-                 "## Learning: initial, best and final perplexity per run", "",
-                 "| Model | Partition | Method | Malicious | M_act/K | Seed | Initial | Best | Final |",
-                 "|---|---|---|---|---|---|---|---|---|", *learning, ""]
+    if paired:
+        markdown += ["## FedLNS against the strongest baseline, paired by seed", "",
+                     "Perplexity of FedLNS minus the other method's, per seed; mean and 95% t interval over seeds "
+                     "(negative: FedLNS better). The strongest baseline is the one with the lowest mean "
+                     "best-checkpoint perplexity at that setting.", "", paired_markdown(paired)]
+    if recovered:
+        markdown += ["## Recovery: (FedAvg - method) / (FedAvg - Oracle)", "",
+                     "1 = as good as averaging the benign clients only, 0 = no better than FedAvg under attack. "
+                     "Per-seed values with a 95% t interval, and the ratio of the seed means.", "",
+                     recovery_markdown(recovered)]
+    markdown += ["## Detection (positive = rejected) and FedLNS's screening diagnostics", "",
+                 detection_markdown(summaries), "## Wall time per run (seconds, mean over runs)", "",
+                 timing_markdown(summaries)]
     (out / "tables.md").write_text("\n".join(markdown))
     (out / "tables.tex").write_text("\n".join(to_latex(t) for t in tables))
     (out / "tables.csv").write_text(tables_csv(tables))
@@ -446,5 +551,10 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True) -> dict:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(summaries)
-    paths = plot_all(summaries, out) if plots else []
-    return {"tables": out / "tables.md", "plots": paths, "summaries": summaries, "table_objects": tables}
+    paths = []
+    if plots:
+        from .plots import plot_all
+
+        paths = plot_all(summaries, recovered, out)
+    return {"tables": out / "tables.md", "plots": paths, "summaries": summaries, "table_objects": tables,
+            "paired": paired, "recovery": recovered, "code": code}

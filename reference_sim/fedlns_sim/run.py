@@ -1,29 +1,22 @@
 """One federated run, top to bottom: data, partition, model, then the round loop.
 
-Files of a run (``<out>/<config.run_name()>/``):
-
-    config.json     the resolved config, plus the data source, model size and malicious set
-    rounds.jsonl    one JSON object per round (round 0 = the initial model, before any training)
-    state.json      the last completed round and the checkpoint folder that holds its state
-    checkpoint-NNNN/global.npz (+ screener state for FedLNS)
-
-Every random draw is a pure function of (seed, round, client): client sampling, batch order, masking, dropout,
-the attack and FLAME's noise. So a run killed at any point resumes from its last completed round and ends
-with the same numbers as an uninterrupted run; the state to save is just the global weights, the FedLNS
+The files of a run (config record, rounds.jsonl, state, checkpoints) are written by ``runfiles``. Every random
+draw is a pure function of (seed, stream, round, client) (``seeds``): client sampling, batch order, masking,
+dropout, the attack and FLAME's noise. So a run killed at any point resumes from its last completed round and
+ends with the same numbers as an uninterrupted run; the state to save is just the global weights, the FedLNS
 screener and the round counter, written atomically each round.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from . import runfiles
 from .attacks import make_attack
 from .client import train_client
 from .config import Config
@@ -43,63 +36,18 @@ def pick_device(name: str) -> str:
     return name
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def _save_npz(path: Path, arrays: dict) -> None:
-    temporary = path.with_name(path.name + f".tmp{os.getpid()}.npz")
-    with open(temporary, "wb") as handle:
-        np.savez(handle, **arrays)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def _clean(value):
-    """JSON-ready: NaN/inf become None, numpy scalars become Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if np.isfinite(value) else None
-    return value
-
-
-def read_records(run_dir: Path) -> list[dict]:
-    """The per-round records of a run (only complete lines)."""
-    path = Path(run_dir) / "rounds.jsonl"
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break   # a line cut by a kill; it is recomputed on resume
-    return records
-
-
-def is_finished(run_dir: Path, config: Config) -> bool:
-    state = Path(run_dir) / "state.json"
-    return state.is_file() and json.loads(state.read_text())["round"] >= config.rounds
-
-
 def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_after: int | None = None) -> Path:
-    """Run (or resume) one simulation; returns its folder. ``stop_after`` ends early after that many rounds
-    (used by the tests to simulate a kill)."""
+    """Run (or resume) one simulation; returns its folder.
+
+    A folder that already holds this run is resumed from its last completed round (a finished one is returned
+    as it is); a folder that holds another config, or a run on other data, is refused. Nothing is written
+    before the data and the model are ready, so a run that fails to start leaves no folder behind.
+    ``stop_after`` ends early after that many rounds (used by the tests to simulate a kill).
+    """
     config = config.validate()
     run_dir = Path(out) / config.run_name()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if is_finished(run_dir, config):
+    runfiles.check_same_run(run_dir, config.to_dict())
+    if runfiles.is_finished(run_dir, config.rounds):
         return run_dir
     device = pick_device(config.device)
     if config.threads:
@@ -117,50 +65,41 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     model = build_model(config, corpus.tokenizer.vocab_size).to(device)
     global_params = get_params(model)
     screener = make_screener(config)
-
     eval_inputs, eval_targets = evaluation_set(corpus.eval, corpus.task, corpus.tokenizer, config.mlm_probability,
                                                config.eval_masks, stream_seed(config.seed, "eval_masks"))
 
-    record = {"config": config.to_dict(), "data_source": corpus.source, "tokenizer": corpus.tokenizer.name,
-              "vocab_size": corpus.tokenizer.vocab_size, "n_parameters": count_params(model),
-              "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
-              "eval_positions": int((eval_targets != IGNORE).sum()),
-              "unigram_perplexity": unigram_perplexity(
-                  corpus.train, eval_targets.numpy(), corpus.tokenizer.vocab_size,
-                  corpus.tokenizer.special_ids if corpus.task == "mlm" else ()),
-              "malicious_clients": sorted(malicious), "device": device}
-    config_path = run_dir / "config.json"
-    if config_path.is_file():
-        machine_keys = ("device", "threads", "data")   # may differ between a run and its resume
-        stored = json.loads(config_path.read_text())
-        previous = {k: v for k, v in stored["config"].items() if k not in machine_keys}
-        if previous != {k: v for k, v in config.to_dict().items() if k not in machine_keys}:
-            raise RuntimeError(f"{run_dir} holds a run with a different config; use another --out")
-        if stored.get("data_source") != corpus.source:
-            raise RuntimeError(f"{run_dir} was run on {stored.get('data_source')!r}, now the data is "
-                               f"{corpus.source!r}; use another --out")
-    else:
-        _atomic_write(config_path, json.dumps(record, indent=2).encode())
+    # ---- the run folder: created only now that everything needed has loaded
+    runfiles.check_same_run(run_dir, config.to_dict(), corpus.source)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if runfiles.read_meta(run_dir) is None:
+        unigram = unigram_perplexity(corpus.train, eval_targets.numpy(), corpus.tokenizer.vocab_size,
+                                     corpus.tokenizer.special_ids if corpus.task == "mlm" else ())
+        record = {"config": config.to_dict(), "data_source": corpus.source, "tokenizer": corpus.tokenizer.name,
+                  "vocab_size": corpus.tokenizer.vocab_size, "n_parameters": count_params(model),
+                  "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
+                  "eval_positions": int((eval_targets != IGNORE).sum()), "unigram_perplexity": unigram,
+                  "malicious_clients": sorted(malicious), "device": device, "code": runfiles.code_identity()}
+        runfiles.atomic_write(run_dir / "config.json", json.dumps(runfiles.json_ready(record), indent=2).encode())
 
     # ---- resume
-    start = 0
-    state_path = run_dir / "state.json"
-    if state_path.is_file():
-        state = json.loads(state_path.read_text())
-        start = state["round"]
-        checkpoint = run_dir / state["checkpoint"]
+    start = runfiles.completed_round(run_dir)
+    if start:
+        checkpoint = runfiles.checkpoint_dir(run_dir)
         with np.load(checkpoint / "global.npz") as stored:
             global_params = {k: stored[k] for k in global_params}
         if screener is not None:
             from fedlns_core import FedLNS
 
             screener = FedLNS.load(checkpoint / "screener")
-    records = [r for r in read_records(run_dir) if r["round"] <= start]
-    _atomic_write(run_dir / "rounds.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
-    if not records:   # round 0: the initial model
+    if not runfiles.keep_records_until(run_dir, start):   # round 0: the initial model
         set_params(model, global_params)
-        metrics = evaluate(model, eval_inputs, eval_targets, config.eval_batch_size, device)
-        _append(run_dir, {"round": 0, **metrics})
+        runfiles.append_record(run_dir, {"round": 0, **evaluate(model, eval_inputs, eval_targets,
+                                                                 config.eval_batch_size, device)})
+    # when each client last sent a model (replayed from the sampling stream on resume): bank-entry ages
+    last_seen = {}
+    for past in range(1, start + 1):
+        last_seen.update({client: past for client in sample_clients(config.num_clients, config.clients_per_round,
+                                                                    config.seed, past)})
 
     # ---- the round loop
     from tqdm.auto import tqdm
@@ -171,6 +110,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
         t = round_index + 1
         sampled = sample_clients(config.num_clients, config.clients_per_round, config.seed, t)
 
+        # clients train from the global weights; malicious ones on corrupted targets
         tic = time.perf_counter()
         client_params, num_examples, train_losses = {}, {}, {}
         for client in sampled:
@@ -180,24 +120,35 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
                 device=device)
         client_time = time.perf_counter() - tic
 
+        # the server step of the method
         tic = time.perf_counter()
-        outcome = aggregate_round(config, screener, global_params, client_params, num_examples, t)
+        outcome = aggregate_round(config, screener, global_params, client_params, num_examples, t, malicious)
         server_time = time.perf_counter() - tic
+
+        if screener is not None:   # diagnostics: how stale each client's previous bank entry was
+            outcome.info["previous_entry_age"] = {str(c): t - last_seen[c] if c in last_seen else None
+                                                  for c in sampled}
+            last_seen.update({client: t for client in sampled})
+            ages = [t - seen for seen in last_seen.values()]
+            outcome.info["bank_age"] = {"median": float(np.median(ages)), "max": int(max(ages))}
+            if config.record_signatures:
+                _save_signatures(run_dir, t, global_params, client_params, outcome.info["signature_keys"])
         global_params = outcome.params
 
+        # evaluation of the new global model
         tic = time.perf_counter()
         set_params(model, global_params)
         metrics = evaluate(model, eval_inputs, eval_targets, config.eval_batch_size, device)
         eval_time = time.perf_counter() - tic
 
         counts = detection_counts(sampled, outcome.kept, malicious) if outcome.decided else {}
-        _append(run_dir, {"round": t, **metrics, "sampled": sampled,
-                          "malicious_sampled": [c for c in sampled if c in malicious], "kept": outcome.kept,
-                          "decided": outcome.decided, "selects_clients": outcome.selects_clients, **counts,
-                          "train_loss": float(np.mean(list(train_losses.values()))),
-                          "client_time_s": client_time, "server_time_s": server_time, "eval_time_s": eval_time,
-                          **outcome.info})
-        _save_state(run_dir, t, global_params, screener)
+        runfiles.append_record(run_dir, {
+            "round": t, **metrics, "sampled": sampled, "malicious_sampled": [c for c in sampled if c in malicious],
+            "kept": outcome.kept, "decided": outcome.decided, "selects_clients": outcome.selects_clients, **counts,
+            "train_loss": float(np.mean(list(train_losses.values()))), "client_time_s": client_time,
+            "server_time_s": server_time, "eval_time_s": eval_time,
+            **{k: v for k, v in outcome.info.items() if k != "signature_keys"}})
+        runfiles.save_state(run_dir, t, global_params, screener)
         bar.set_postfix(ppl=f"{metrics['perplexity']:.1f}")
         if stop_after is not None and t >= stop_after:
             break
@@ -205,24 +156,15 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     return run_dir
 
 
-def _append(run_dir: Path, record: dict) -> None:
-    with open(run_dir / "rounds.jsonl", "a") as handle:
-        handle.write(json.dumps(_clean(record)) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+def _save_signatures(run_dir: Path, t: int, global_params: dict, client_params: dict, keys) -> None:
+    """Each client's flat normalization signature of round t (for offline replay of the screening)."""
+    from fedlns_core import extract_signature
 
-
-def _save_state(run_dir: Path, t: int, global_params: dict, screener) -> None:
-    """Write round t's checkpoint folder, then point state.json at it (atomic), then drop older ones."""
-    name = f"checkpoint-{t:04d}"
-    folder = run_dir / name
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir()
-    _save_npz(folder / "global.npz", global_params)
-    if screener is not None:
-        screener.save(folder / "screener")
-    _atomic_write(run_dir / "state.json", json.dumps({"round": t, "checkpoint": name}).encode())
-    for old in run_dir.glob("checkpoint-*"):
-        if old.name != name:
-            shutil.rmtree(old, ignore_errors=True)
+    ids = sorted(client_params)
+    rows = np.stack([np.concatenate([part.ravel() for part in
+                                     extract_signature(global_params, client_params[c], keys).values()])
+                     for c in ids])   # (n_clients, D) float64
+    folder = run_dir / "signatures"
+    folder.mkdir(exist_ok=True)
+    runfiles.save_npz(folder / f"round-{t:04d}.npz", {"clients": np.asarray(ids), "signatures": rows,
+                                                      "keys": np.asarray(keys)})

@@ -1,4 +1,9 @@
-"""Sweeps: the product of families x partitions x malicious fractions x methods x seeds; finished runs are skipped."""
+"""Sweeps: the product of families x partitions x malicious fractions x methods x seeds; finished runs are skipped.
+
+``jobs`` runs that many runs at once, each in its own process (the runs are independent and single-threaded at
+CPU scale). A failing run writes its traceback to ``<out>/failed/<run name>.txt`` and the sweep goes on; the
+file goes away once the run finishes. Rerunning the same sweep command resumes an interrupted sweep.
+"""
 
 from __future__ import annotations
 
@@ -6,28 +11,60 @@ import itertools
 import json
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
 from pathlib import Path
 
+from . import runfiles
 from .config import Config, make_config
-from .run import is_finished, run
 
 
 def sweep_configs(preset: str, families, partitions, fractions, methods, seeds, activation_coverages=(None,),
-                  **overrides) -> list[Config]:
-    """All configs of a sweep, in a stable order (family, partition, fraction, coverage, seed, method)."""
-    configs = []
+                  references: bool = False, **overrides) -> list[Config]:
+    """All configs of a sweep, in a stable order (family, partition, fraction, coverage, seed, method).
+
+    With ``references``, each (family, partition, seed) also gets its clean run (FedAvg with no malicious
+    client) and each attacked fraction its oracle run (FedAvg over the benign clients only), once.
+    """
+    configs, seen = [], set()
+
+    def add(family, partition, fraction, method, seed, extra):
+        config = make_config(preset, family, partition=partition, malicious_fraction=float(fraction),
+                             method=method, seed=int(seed), **extra)
+        if config.run_name() not in seen:
+            seen.add(config.run_name())
+            configs.append(config)
+
     for family, partition, fraction, coverage, seed, method in itertools.product(
             families, partitions, fractions, activation_coverages, seeds, methods):
         extra = dict(overrides)
         if coverage is not None:
             extra["activation_coverage"] = float(coverage)
-        configs.append(make_config(preset, family, partition=partition, malicious_fraction=float(fraction),
-                                   method=method, seed=int(seed), **extra))
+        add(family, partition, fraction, method, seed, extra)
+        if references:
+            add(family, partition, 0.0, "fedavg", seed, overrides)
+            if fraction > 0:
+                add(family, partition, fraction, "oracle", seed, overrides)
     return configs
 
 
-def sweep(configs: list[Config], out: str | Path, progress: bool = True) -> dict:
-    """Run every config not finished yet; one failing run is logged in its folder and does not stop the rest.
+def run_one(config: Config, out: str | Path, progress: bool = False) -> str | None:
+    """Run one config; returns None, or the traceback when it failed (also written under ``<out>/failed/``)."""
+    from .run import run
+
+    failed = Path(out) / "failed" / f"{config.run_name()}.txt"
+    try:
+        run(config, out, progress=progress)
+    except Exception:   # noqa: BLE001 -- keep the sweep going; the error is written down
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(traceback.format_exc())
+        return failed.read_text()
+    failed.unlink(missing_ok=True)
+    return None
+
+
+def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: int = 1) -> dict:
+    """Run every config not finished yet, ``jobs`` at a time; one failing run does not stop the rest.
 
     Returns ``{"ran": n, "skipped": n, "failed": [run names]}`` and appends it to ``<out>/sweep_log.jsonl``.
     """
@@ -35,19 +72,28 @@ def sweep(configs: list[Config], out: str | Path, progress: bool = True) -> dict
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"ran": 0, "skipped": 0, "failed": [], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    for config in tqdm(configs, desc="sweep", disable=not progress):
-        run_dir = out / config.run_name()
-        if is_finished(run_dir, config):
-            summary["skipped"] += 1
-            continue
-        try:
-            run(config, out, progress=progress)
+    summary = {"ran": 0, "skipped": 0, "failed": [], "jobs": jobs,
+               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    todo = [c for c in configs if not runfiles.is_finished(out / c.run_name(), c.rounds)]
+    summary["skipped"] = len(configs) - len(todo)
+    bar = tqdm(total=len(todo), desc="sweep", disable=not progress)
+
+    def done(config, error):
+        if error is None:
             summary["ran"] += 1
-        except Exception:   # noqa: BLE001 -- keep the sweep going; the error is written beside the run
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "error.txt").write_text(traceback.format_exc())
+        else:
             summary["failed"].append(config.run_name())
+        bar.update()
+
+    if jobs <= 1:
+        for config in todo:
+            done(config, run_one(config, out, progress))
+    else:   # spawn: fresh interpreters, no torch state inherited from this one
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(run_one, config, out): config for config in todo}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    bar.close()
     summary["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with open(out / "sweep_log.jsonl", "a") as handle:
         handle.write(json.dumps(summary) + "\n")

@@ -1,0 +1,112 @@
+"""Results that can be checked: archive finished runs beside their tables, and re-run named cells to compare.
+
+``archive(runs, dest)`` copies every finished run's ``config.json`` (without this machine's data path: its
+``data_source`` names the text) and its ``rounds.jsonl`` (gzip-compressed, with a fixed timestamp so the same run
+always gives the same bytes) to ``dest/runs/<run name>/``, and lists in
+``dest/verify.txt`` the cells that ``verify`` re-runs. ``verify(dest)`` re-runs those cells from their stored
+configs and compares every recorded number except wall times, exactly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from pathlib import Path
+
+from . import runfiles
+from .config import FAMILIES, config_from_dict
+
+TIMINGS = ("client_time_s", "server_time_s", "eval_time_s")
+
+
+def archive(runs: str | Path, dest: str | Path, cells=None) -> dict:
+    """Copy finished runs under ``runs`` to ``dest/runs/`` and write ``dest/verify.txt``."""
+    runs, dest = Path(runs), Path(dest)
+    finished = []
+    for config_path in sorted(runs.rglob("config.json")):
+        meta = json.loads(config_path.read_text())
+        if runfiles.is_finished(config_path.parent, meta["config"]["rounds"]):
+            finished.append((config_path.parent, meta))
+    if not finished:
+        raise FileNotFoundError(f"no finished run under {runs}")
+    for folder, _ in finished:
+        target = dest / "runs" / folder.name
+        target.mkdir(parents=True, exist_ok=True)
+        meta = json.loads((folder / "config.json").read_text())
+        if meta["config"]["data"] != "synthetic":   # a folder path of this machine: the data source names the text
+            meta["config"]["data"] = ""
+        runfiles.atomic_write(target / "config.json", json.dumps(meta, indent=2).encode())
+        with open(target / "rounds.jsonl.gz", "wb") as raw, \
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as packed:
+            packed.write((folder / "rounds.jsonl").read_bytes())
+    names = {folder.name for folder, _ in finished}
+    if cells is None:
+        cells = default_cells([meta for _, meta in finished], [folder.name for folder, _ in finished])
+    missing = [c for c in cells if c not in names]
+    if missing:
+        raise ValueError(f"cells to verify are not among the finished runs: {', '.join(missing)}")
+    (dest / "verify.txt").write_text("".join(f"{cell}\n" for cell in cells))
+    return {"runs": len(finished), "cells": list(cells)}
+
+
+def default_cells(metas: list[dict], names: list[str]) -> list[str]:
+    """Per family, FedLNS at the largest fraction, IID if present, lowest seed: the cells most worth checking."""
+    cells = []
+    for family in FAMILIES:
+        candidates = [(meta["config"]["partition"] != "iid", -meta["config"]["malicious_fraction"],
+                       meta["config"]["seed"], name)
+                      for meta, name in zip(metas, names)
+                      if meta["config"]["family"] == family and meta["config"]["method"] == "fedlns"]
+        if candidates:
+            cells.append(min(candidates)[-1])
+    return cells
+
+
+def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2) -> int:
+    """Re-run the named cells of a results folder; print each comparison; 0 when every number matches."""
+    from .sweep import sweep
+
+    results = Path(results)
+    names = runs or [line.strip() for line in (results / "verify.txt").read_text().splitlines() if line.strip()]
+    configs, stored = [], {}
+    for name in names:
+        folder = results / "runs" / name
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"{folder} holds no archived run")
+        meta = json.loads((folder / "config.json").read_text())
+        values = dict(meta["config"], **({"data": data} if data is not None else {}))
+        config = config_from_dict(values)
+        if config.run_name() != name:
+            raise ValueError(f"{name}: its stored config now gives the folder name {config.run_name()}; the config "
+                             "fields changed since it was made")
+        configs.append(config)
+        stored[name] = (meta, runfiles.read_records(folder))
+    scratch = Path(out) if out else Path(tempfile.mkdtemp(prefix="fedlns-verify-"))
+    sweep(configs, scratch, progress=False, jobs=jobs)
+    current = runfiles.code_identity()["source"]
+    failures = 0
+    for config in configs:
+        name = config.run_name()
+        meta, expected = stored[name]
+        actual = runfiles.read_records(scratch / name)
+        same_code = (meta.get("code") or {}).get("source") == current
+        difference = first_difference(expected, actual)
+        failures += difference is not None
+        status = "same numbers" if difference is None else f"DIFFERENT: {difference}"
+        print(f"{name}: {status} ({len(actual) - 1} rounds; archived code {'=' if same_code else '!='} this code)")
+    print(f"verify: {len(configs) - failures} of {len(configs)} cells reproduce (re-runs in {scratch})")
+    return 1 if failures else 0
+
+
+def first_difference(expected: list[dict], actual: list[dict]) -> str | None:
+    """The first recorded number that differs (wall times aside), or None."""
+    if len(expected) != len(actual):
+        return f"{len(expected)} records archived, {len(actual)} re-run"
+    for old, new in zip(expected, actual):
+        for key in sorted(set(old) | set(new)):
+            if key in TIMINGS:
+                continue
+            if old.get(key) != new.get(key):
+                return f"round {old.get('round')}: {key} was {old.get(key)!r}, now {new.get(key)!r}"
+    return None

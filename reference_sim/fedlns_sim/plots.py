@@ -1,0 +1,189 @@
+"""PNG plots of a report, from run summaries (``report.load_runs``): one legend per figure, references drawn as
+lines, error bars only where there are several seeds, and an axis that does not start at zero says so."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .config import FAMILIES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
+from .report import family_label, main_runs
+from .stats import detection_rates, mean_std
+
+REFERENCE_STYLE = {"clean": dict(color="black", linestyle="--", label="Clean (FedAvg, 0%)"),
+                   "oracle": dict(color="tab:green", linestyle=":", label="Oracle (benign only)"),
+                   "unigram": dict(color="tab:gray", linestyle="-.", label="Unigram model")}
+NOT_FROM_ZERO = " (axis does not start at 0)"
+
+
+def plot_all(summaries: list[dict], recovered: list[dict], out: Path) -> list[Path]:
+    """perplexity_vs_fraction.png, perplexity_per_round.png, detection_rates.png and recovery.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    main = [s for s in main_runs(summaries) if s["method"] != "fedlns_two"]
+    panels = sorted({(s["family"], s["partition"]) for s in main},
+                    key=lambda p: (PARTITIONS.index(p[1]), FAMILIES.index(p[0])))
+    if not panels:
+        return []
+    colors = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(METHODS)}
+    families = [f for f in FAMILIES if any(p[0] == f for p in panels)]
+    partitions = [p for p in PARTITIONS if any(q[1] == p for q in panels)]
+
+    def grid():
+        # rows = partitions, columns = families, as in the paper's figures; one axis per panel, in panel order
+        figure, axes = plt.subplots(len(partitions), len(families),
+                                    figsize=(4.6 * len(families), 3.9 * len(partitions) + 0.6), squeeze=False)
+        used = [axes[partitions.index(p)][families.index(f)] for f, p in panels]
+        for row in axes:
+            for axis in row:
+                if not any(axis is u for u in used):
+                    axis.set_visible(False)
+        return figure, used
+
+    def finish(figure, axes, path):
+        handles, labels = {}, []
+        for axis in axes:   # one legend for the figure: every label once
+            for handle, label in zip(*axis.get_legend_handles_labels()):
+                if label not in handles:
+                    handles[label] = handle
+                    labels.append(label)
+        figure.legend([handles[label] for label in labels], labels, loc="lower center",
+                      ncol=min(len(labels), 5), fontsize=8, frameon=False)
+        figure.tight_layout(rect=(0, 0.1 if len(labels) > 5 else 0.06, 1, 1))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        return path
+
+    def references(axis, runs, fraction, horizontal=True):
+        """Clean, oracle (at ``fraction``) and unigram as horizontal lines; returns their values."""
+        values = {"clean": [s["perplexity"] for s in runs if s["method"] == "fedavg" and s["fraction"] == 0.0],
+                  "oracle": [s["perplexity"] for s in runs if s["method"] == "oracle" and s["fraction"] == fraction],
+                  "unigram": [s["unigram_perplexity"] for s in runs if s["unigram_perplexity"] is not None]}
+        drawn = {}
+        for name, found in values.items():
+            if found and horizontal:
+                drawn[name] = float(np.mean(found))
+                axis.axhline(drawn[name], linewidth=1.1, **REFERENCE_STYLE[name])
+        return drawn
+
+    paths = []
+    # 1. perplexity vs malicious fraction (bars when one fraction was run), with the references
+    figure, axes = grid()
+    for axis, (family, partition) in zip(axes, panels):
+        runs = [s for s in main if s["family"] == family and s["partition"] == partition]
+        attacked = sorted({s["fraction"] for s in runs if s["fraction"] > 0}) or [0.0]
+        methods = [m for m in METHODS if m != "oracle" and any(s["method"] == m and s["fraction"] in attacked
+                                                                 for s in runs)]
+        if len(attacked) == 1:
+            drawn = references(axis, runs, attacked[0])
+            values = list(drawn.values())
+            for i, method in enumerate(methods):
+                found = [s["perplexity"] for s in runs if s["method"] == method and s["fraction"] == attacked[0]]
+                mean, std = mean_std(found)
+                axis.bar(i, mean, color=colors[method], label=METHOD_NAMES[method],
+                         yerr=std if len(found) > 1 else None, capsize=3)
+                values += [mean - (std if len(found) > 1 else 0)]
+            axis.set_xticks(range(len(methods)), [METHOD_NAMES[m] for m in methods], rotation=60, fontsize=7)
+            low = 0.9 * min(values)
+            axis.set_ylim(bottom=low)
+            seeds = len({s["seed"] for s in runs})
+            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}, "
+                           f"{attacked[0] * 100:g}% malicious ({seeds} seed{'s' * (seeds > 1)})", fontsize=9)
+            axis.set_ylabel("perplexity, best checkpoint" + (NOT_FROM_ZERO if low > 0 else ""), fontsize=8)
+        else:
+            fractions = sorted({s["fraction"] for s in runs})
+            lows = []
+            for method in methods + (["oracle"] if any(s["method"] == "oracle" for s in runs) else []):
+                points = [(f, [s["perplexity"] for s in runs if s["method"] == method and s["fraction"] == f])
+                          for f in fractions]
+                points = [(f, found) for f, found in points if found]
+                means = [mean_std(found)[0] for _, found in points]
+                errors = [mean_std(found)[1] if len(found) > 1 else 0.0 for _, found in points]
+                style = ({"color": REFERENCE_STYLE["oracle"]["color"], "linestyle": ":"} if method == "oracle"
+                         else {"color": colors[method]})
+                axis.errorbar([100 * f for f, _ in points], means, yerr=errors, marker="o", capsize=3,
+                              label=METHOD_NAMES[method], **style)
+                lows += means
+            unigram = [s["unigram_perplexity"] for s in runs if s["unigram_perplexity"] is not None]
+            if unigram:
+                axis.axhline(np.mean(unigram), linewidth=1.1, **REFERENCE_STYLE["unigram"])
+            axis.set_xlabel("malicious clients (%)")
+            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
+            axis.set_ylabel("perplexity, best checkpoint" + NOT_FROM_ZERO, fontsize=8)
+    paths.append(finish(figure, axes, out / "perplexity_vs_fraction.png"))
+
+    # 2. per-round curves at the largest fraction (mean over seeds), the clean run beside them
+    figure, axes = grid()
+    for axis, (family, partition) in zip(axes, panels):
+        runs = [s for s in main if s["family"] == family and s["partition"] == partition]
+        top = max(s["fraction"] for s in runs)
+        shown = [(m, top) for m in METHODS if any(s["method"] == m and s["fraction"] == top for s in runs)]
+        if top > 0 and any(s["method"] == "fedavg" and s["fraction"] == 0.0 for s in runs):
+            shown.append(("clean", 0.0))
+        for method, fraction in shown:
+            source = "fedavg" if method == "clean" else method
+            curves = [dict(s["curve"]) for s in runs if s["method"] == source and s["fraction"] == fraction]
+            rounds = sorted(set.intersection(*(set(c) for c in curves)))
+            style = (REFERENCE_STYLE[method] if method in REFERENCE_STYLE
+                     else {"color": colors[method], "label": METHOD_NAMES[method]})
+            axis.plot(rounds, [np.mean([c[r] for c in curves]) for r in rounds], linewidth=1.2, **style)
+        axis.set_yscale("log")
+        axis.set_xlabel("round")
+        axis.set_ylabel("evaluation perplexity (log scale)", fontsize=8)
+        seeds = len({s["seed"] for s in runs})
+        axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}, {top * 100:g}% malicious, "
+                       f"mean of {seeds} seed{'s' * (seeds > 1)}", fontsize=9)
+    paths.append(finish(figure, axes, out / "perplexity_per_round.png"))
+
+    # 3. detection rates of the methods that pick clients
+    figure, axes = grid()
+    for axis, (family, partition) in zip(axes, panels):
+        runs = [s for s in main if s["family"] == family and s["partition"] == partition and s["selects_clients"]
+                and s["method"] != "oracle" and s["fraction"] > 0]
+        methods = [m for m in METHODS if any(s["method"] == m for s in runs)]
+        for i, method in enumerate(methods):
+            rates = detection_rates(**{k: sum(s[k] for s in runs if s["method"] == method)
+                                       for k in ("tp", "fp", "fn", "tn")})
+            axis.bar(i - 0.2, rates["tpr"], width=0.4, color="tab:green", label="TPR (attackers rejected)")
+            axis.bar(i + 0.2, rates["fpr"], width=0.4, color="tab:red", label="FPR (benign rejected)")
+        axis.set_xticks(range(len(methods)), [METHOD_NAMES[m] for m in methods], fontsize=8)
+        axis.set_ylim(0, 1)
+        axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
+        axis.set_ylabel("rate over decided rounds", fontsize=8)
+    paths.append(finish(figure, axes, out / "detection_rates.png"))
+
+    # 4. recovery of each defence at the largest fraction, with its interval over seeds
+    rows = [r for r in recovered if (r["family"], r["partition"]) in panels]
+    if rows:
+        figure, axes = grid()
+        for axis, (family, partition) in zip(axes, panels):
+            here = [r for r in rows if r["family"] == family and r["partition"] == partition]
+            if not here:
+                continue
+            top = max(r["fraction"] for r in here)
+            here = [r for r in here if r["fraction"] == top]
+            for i, r in enumerate(here):
+                best = r["best"]
+                error = None
+                if math.isfinite(best["low"]):
+                    error = [[best["mean"] - best["low"]], [best["high"] - best["mean"]]]
+                axis.bar(i, best["mean"], color=colors[r["method"]], yerr=error, capsize=3,
+                         label=METHOD_NAMES[r["method"]])
+            axis.axhline(1.0, **REFERENCE_STYLE["oracle"])
+            axis.axhline(0.0, color="black", linewidth=0.8)
+            axis.set_xticks(range(len(here)), [METHOD_NAMES[r["method"]] for r in here], rotation=60, fontsize=7)
+            seeds = max(len(r["seeds"]) for r in here)
+            axis.set_title(f"{FAMILY_NAMES_SHORT.get(family, family)}, {PARTITION_NAMES[partition]}, "
+                           f"{top * 100:g}% malicious ({seeds} seed{'s' * (seeds > 1)})", fontsize=9)
+            axis.set_ylabel("recovery (FedAvg - m) / (FedAvg - oracle)", fontsize=8)
+        paths.append(finish(figure, axes, out / "recovery.png"))
+    return paths
+
+
+FAMILY_NAMES_SHORT = {"gpt": "GPT", "bert": "BERT", "llama": "LLaMA"}

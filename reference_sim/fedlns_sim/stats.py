@@ -1,0 +1,101 @@
+"""Statistics of the report, from run records alone (no torch): best checkpoint, detection rates, mean and
+spread over seeds, paired differences with t intervals, recovery, AUC."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def mean_std(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; NaN for a single value).
+
+    Examples
+    --------
+    >>> mean_std([1.0, 2.0, 3.0])
+    (2.0, 1.0)
+    """
+    values = np.asarray(values, dtype=float)
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan")
+
+
+def t_interval(values, confidence: float = 0.95) -> dict:
+    """Mean of ``values`` with its two-sided Student-t confidence interval (NaN bounds for fewer than 2 values).
+
+    Used on per-seed paired differences: each seed gives one difference, so the interval is over seeds.
+
+    Examples
+    --------
+    >>> result = t_interval([1.0, 2.0, 3.0])
+    >>> result["mean"], round(result["low"], 3), round(result["high"], 3), result["n"]
+    (2.0, -0.484, 4.484, 3)
+    """
+    from scipy import stats
+
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    mean = float(values.mean()) if n else float("nan")
+    if n < 2:
+        return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": n}
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+def recovery(attacked: float, defended: float, oracle: float) -> float:
+    """Share of the attack's damage a defence removes: (attacked - defended) / (attacked - oracle).
+
+    1 means the defence matches the oracle (FedAvg over the benign clients only), 0 means no better than
+    undefended FedAvg, below 0 worse than FedAvg; NaN when the attack did no damage (attacked <= oracle).
+
+    Examples
+    --------
+    >>> recovery(attacked=400.0, defended=280.0, oracle=250.0)
+    0.8
+    """
+    gap = attacked - oracle
+    return (attacked - defended) / gap if gap > 0 else float("nan")
+
+
+def auc(positive, negative) -> float:
+    """Probability that a random positive scores above a random negative (ties count one half): ROC AUC.
+
+    Examples
+    --------
+    >>> auc([3.0, 4.0], [1.0, 3.0])
+    0.875
+    """
+    positive = np.asarray(positive, dtype=float)
+    negative = np.asarray(negative, dtype=float)
+    if not len(positive) or not len(negative):
+        return float("nan")
+    greater = (positive[:, None] > negative[None, :]).sum()
+    ties = (positive[:, None] == negative[None, :]).sum()
+    return float((greater + 0.5 * ties) / (len(positive) * len(negative)))
+
+
+def detection_rates(tp: int, fp: int, fn: int, tn: int) -> dict:
+    """TPR = tp/(tp+fn), FPR = fp/(fp+tn), precision = tp/(tp+fp); NaN where undefined.
+
+    Examples
+    --------
+    >>> detection_rates(3, 1, 1, 5)
+    {'tpr': 0.75, 'fpr': 0.16666666666666666, 'precision': 0.75}
+    """
+    def ratio(a, b):
+        return a / b if b else float("nan")
+    return {"tpr": ratio(tp, tp + fn), "fpr": ratio(fp, fp + tn), "precision": ratio(tp, tp + fp)}
+
+
+def best_checkpoint(records: list[dict]) -> dict:
+    """The round with the lowest evaluation loss (ties: the earliest), the paper's per-seed reporting rule."""
+    trained = [r for r in records if r["round"] >= 1]
+    if not trained:
+        raise ValueError("no trained rounds to select from")
+    return min(trained, key=lambda r: (finite_loss(r), r["round"]))
+
+
+def finite_loss(record: dict) -> float:
+    """A record's evaluation loss, +inf for a diverged round (``null`` in the file, NaN or inf in memory)."""
+    loss = record.get("eval_loss")
+    return float(loss) if loss is not None and math.isfinite(loss) else float("inf")
