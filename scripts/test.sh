@@ -11,5 +11,8 @@ export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 .venv/bin/python -m pytest tests fedlns_core adapters/fedlns_torch adapters/fedlns_flower \
   reference_sim/fedlns_sim README.md "$@"
 if [ -f scripts/test_fedml.sh ]; then
+  echo "test.sh: next, FedML's suite in its own environment (.venv-fedml). While that environment is built," \
+       "pip may print dependency-resolver complaints about fedml's pins: they are expected (fedml is installed" \
+       "with --no-deps beside a CPU torch and numpy 2, see docs/fedml.md) and the build checks itself afterwards."
   bash scripts/test_fedml.sh
 fi

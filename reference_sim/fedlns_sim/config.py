@@ -154,19 +154,33 @@ PAPER = {
                   max_eval_examples=5_000),
 }
 
-# CPU scale: the 40% comparison of 7 methods x 3 families x 2 partitions in about 30-40 minutes on 2 cores.
-# Kept from the paper: 10% participation, activation at 50% coverage, AdamW(wd=0.01), the attack, the methods.
-# Scaled: K=100 (10 clients per round, so Multi-Krum's n-f-2 stays positive), 40 rounds, tiny models, a
-# 1,024-token BPE vocabulary trained on the training split (a 50k embedding would dominate the cost), blocks of
-# 64 tokens, 8 blocks per client, and a larger learning rate so that the few local steps visibly learn.
+# CPU scale, chosen from FedAvg runs alone (docs/simulator.md, "How the cpu preset was chosen"): per family, clean
+# FedAvg should beat the evaluation set's unigram model by 25% and the 40% attack should cost FedAvg 15%, with at
+# least 8 AdamW steps per client and round and at least 25k scored evaluation tokens, within 90 minutes for one
+# seed of the 40% comparison on 2 cores. Kept from the paper: 10% participation, activation at 50% coverage,
+# AdamW(wd=0.01), the attack, the methods. Scaled: K=100 (10 clients per round, so Multi-Krum's n-f-2 stays
+# positive), 40 rounds, 2-layer width-64 models, a 1,024-token BPE vocabulary trained on the training split (a 50k
+# embedding would dominate the cost), blocks of 64 tokens. GPT and LLaMA: 32 blocks per client, one epoch at batch
+# 4 (8 steps). BERT learns far less per step (only the 15% masked positions are targets): all 5,292 training
+# blocks (~53 per client), three epochs at batch 8 (21 steps), a larger learning rate, and its evaluation scores
+# five fixed mask draws of the 644 evaluation blocks (one draw scores only ~6k positions).
 _CPU_COMMON = dict(num_clients=100, rounds=40, tokenizer="bpe", vocab_size=1024, block_size=64,
-                   max_train_blocks=800, eval_batches=2, eval_batch_size=32, n_layer=2, n_embd=64, n_head=4,
+                   max_train_blocks=3200, eval_batches=13, eval_batch_size=32, n_layer=2, n_embd=64, n_head=4,
                    max_position_embeddings=64, dropout=0.0, local_epochs=1, batch_size=4, learning_rate=2e-3,
                    max_train_examples=0, max_eval_examples=0, threads=1)
 CPU = {
     "gpt": dict(_CPU_COMMON),
-    "bert": dict(_CPU_COMMON, intermediate_size=256, max_position_embeddings=66),
+    "bert": dict(_CPU_COMMON, intermediate_size=256, max_position_embeddings=66, max_train_blocks=0,
+                 local_epochs=3, batch_size=8, learning_rate=4e-3, eval_batches=21, eval_masks=5),
     "llama": dict(_CPU_COMMON, n_kv_head=2, intermediate_size=256, max_position_embeddings=64),
+}
+
+# The quickstart's: the cpu preset, shorter (24 rounds; screening activates around round 7) and BERT lighter, so
+# that clean FedAvg, FedAvg and FedLNS under attack and the oracle of all three families take minutes.
+QUICK = {
+    "gpt": dict(CPU["gpt"], rounds=24),
+    "bert": dict(CPU["bert"], rounds=24, max_train_blocks=3200, eval_masks=1),
+    "llama": dict(CPU["llama"], rounds=24),
 }
 
 # Seconds: for tests and CI.
@@ -180,7 +194,7 @@ SMOKE = {
     "llama": dict(_SMOKE_COMMON, n_kv_head=1, intermediate_size=32),
 }
 
-PRESETS = {"paper": PAPER, "cpu": CPU, "smoke": SMOKE}
+PRESETS = {"paper": PAPER, "cpu": CPU, "quick": QUICK, "smoke": SMOKE}
 
 
 def _check_type(key: str, value, expected: type):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from fedlns_torch import load_numpy_into_model, tensor_to_numpy
 
 
 def build_model(config, vocab_size: int) -> torch.nn.Module:
@@ -41,15 +42,13 @@ def build_model(config, vocab_size: int) -> torch.nn.Module:
 
 
 def get_params(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    """Trainable parameters as float32 numpy copies, by name (tied weights appear once)."""
-    return {name: p.detach().cpu().numpy().copy() for name, p in model.named_parameters()}
+    """Trainable parameters as numpy copies, by state-dict name (tied weights once), through ``fedlns_torch``."""
+    return {name: tensor_to_numpy(p).copy() for name, p in model.named_parameters()}
 
 
 def set_params(model: torch.nn.Module, params: dict[str, np.ndarray]) -> None:
-    """Load named numpy arrays into the model's parameters in place."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(np.asarray(params[name])).to(p.device, p.dtype))
+    """Load named numpy arrays into the model in place (``fedlns_torch.load_numpy_into_model``)."""
+    load_numpy_into_model(model, params, strict=False)
 
 
 def count_params(model: torch.nn.Module) -> int:

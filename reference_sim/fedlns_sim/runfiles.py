@@ -25,8 +25,10 @@ import numpy as np
 
 # Config fields that may differ between a run and its resume (machine choices, not the experiment).
 MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
-# Source packages whose code decides a run's numbers.
+# Source packages whose code decides a run's numbers; the simulator's reporting modules read run files and never
+# change a number in them, so editing them does not make earlier runs "other code".
 _CODE_PACKAGES = ("fedlns_core", "fedlns_torch", "fedlns_sim")
+_READS_RUN_FILES_ONLY = {"fedlns_sim": ("archive.py", "cli.py", "plots.py", "report.py", "stats.py", "sweep.py")}
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -67,8 +69,9 @@ def json_ready(value):
 def code_identity() -> dict:
     """Which code runs: the package version, the git commit of the checkout (if any) and a hash of the source.
 
-    ``source`` hashes every ``.py`` file of the packages that decide a run's numbers, so it identifies the code
-    exactly, also in an installed copy or a checkout with uncommitted changes (then ``dirty`` is true).
+    ``source`` hashes the ``.py`` files that decide a run's numbers (all of fedlns_core and fedlns_torch, the
+    simulator without its reporting modules), so it identifies that code exactly, also in an installed copy or a
+    checkout with uncommitted changes (then ``dirty`` is true).
     """
     import importlib
 
@@ -76,6 +79,8 @@ def code_identity() -> dict:
     roots = [Path(importlib.import_module(name).__file__).parent for name in _CODE_PACKAGES]
     for name, root in zip(_CODE_PACKAGES, roots):
         for path in sorted(root.rglob("*.py")):
+            if path.name in _READS_RUN_FILES_ONLY.get(name, ()) and path.parent == root:
+                continue
             digest.update(f"{name}/{path.relative_to(root).as_posix()}\n".encode())
             digest.update(path.read_bytes())
     commit, dirty = _git_state(roots)
@@ -168,7 +173,11 @@ def completed_round(run_dir: Path) -> int:
 
 
 def is_finished(run_dir: Path, rounds: int) -> bool:
-    return completed_round(run_dir) >= rounds
+    """Whether the run in ``run_dir`` completed ``rounds`` rounds (an archived run, records only, counts too)."""
+    if (Path(run_dir) / "state.json").is_file():
+        return completed_round(run_dir) >= rounds
+    records = read_records(run_dir) if (Path(run_dir) / "rounds.jsonl.gz").is_file() else []
+    return bool(records) and records[-1]["round"] >= rounds
 
 
 def checkpoint_dir(run_dir: Path) -> Path | None:
