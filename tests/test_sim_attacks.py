@@ -1,9 +1,15 @@
-"""The target-corruption attack and BERT masking of fedlns_sim."""
+"""The attacks of fedlns_sim on small tensors (each changes what it claims and nothing else, deterministically per
+seed), BERT masking, and every attack end to end in the smoke preset."""
 
+import json
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from fedlns_sim.attacks import Attack, TargetCorruption, make_attack  # noqa: E402
+from fedlns_sim.attacks import ATTACKS, Attack, TargetCorruption, alie_z, make_attack, minmax_update  # noqa: E402
+from fedlns_sim.config import ATTACK_NAMES, Config, make_config  # noqa: E402
 from fedlns_sim.data import IGNORE, Tokenizer, causal_targets, mask_for_mlm  # noqa: E402
 
 SPECIAL = (0, 1, 2, 3, 4)       # e.g. [PAD], [UNK], [CLS], [SEP], [MASK]
@@ -74,5 +80,153 @@ def test_attack_is_deterministic_in_its_generator_and_registry_rejects_unknown_n
     assert torch.equal(a, b)
     with pytest.raises(KeyError, match="unknown attack 'label_flip'"):
         make_attack("label_flip", TOKENIZER)
-    with pytest.raises(NotImplementedError):
-        Attack(TOKENIZER).apply(blocks, targets, torch.Generator())
+    inputs, same = Attack(TOKENIZER).apply(blocks, targets, torch.Generator())   # the base class is honest
+    assert inputs is blocks and same is targets
+
+
+# ------------------------------------------------------------------------------------------ the suite
+
+NORMS = frozenset({"ln.weight"})
+
+
+def _config(**overrides):
+    return SimpleNamespace(**{**Config().to_dict(), **overrides})
+
+
+def _round(n_benign=6, n_malicious=4, seed=0):
+    """Global params and a round of returned models: benign updates around +0.01, attackers' own around -0.02."""
+    rng = np.random.default_rng(seed)
+    global_params = {"ln.weight": np.ones(8, dtype=np.float32), "w": np.zeros((4, 4), dtype=np.float32)}
+    clients = {}
+    for client in range(n_benign + n_malicious):
+        shift = 0.01 if client < n_benign else -0.02
+        clients[client] = {k: (v + shift + 0.001 * rng.standard_normal(v.shape)).astype(np.float32)
+                           for k, v in global_params.items()}
+    return global_params, clients, list(range(n_benign, n_benign + n_malicious))
+
+
+def _update(global_params, params):
+    return np.concatenate([(params[k].astype(np.float64) - global_params[k]).ravel() for k in sorted(global_params)])
+
+
+def test_the_registry_and_the_config_list_the_same_attacks():
+    assert tuple(ATTACKS) == ATTACK_NAMES
+    with pytest.raises(ValueError, match="attack must be one of"):
+        make_config("smoke", "gpt", attack="label_flip")
+
+
+@pytest.mark.parametrize("name", ["sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax"])
+def test_model_poisoning_changes_only_the_attackers_and_is_deterministic(name):
+    global_params, clients, malicious = _round()
+    attack = make_attack(name, TOKENIZER, _config(clients_per_round=10))
+    first = attack.craft(global_params, clients, malicious, NORMS, np.random.default_rng(1))
+    again = attack.craft(global_params, clients, malicious, NORMS, np.random.default_rng(1))
+    for client in clients:
+        for key in global_params:
+            assert np.array_equal(first[client][key], again[client][key])
+            assert first[client][key].dtype == global_params[key].dtype and first[client][key].shape == clients[client][key].shape
+            if client not in malicious:
+                assert first[client][key] is clients[client][key]              # benign clients untouched
+    changed = [not np.allclose(_update(global_params, first[c]), _update(global_params, clients[c])) for c in malicious]
+    assert all(changed)
+
+
+def test_model_poisoning_formulas_by_hand():
+    global_params, clients, malicious = _round()
+    benign = np.stack([_update(global_params, clients[c]) for c in clients if c not in malicious])
+    config = _config(clients_per_round=10)
+    rng = np.random.default_rng(0)
+    sent = lambda name: _update(global_params, make_attack(name, TOKENIZER, config).craft(  # noqa: E731
+        global_params, clients, malicious, NORMS, rng)[malicious[0]])
+    own = _update(global_params, clients[malicious[0]])
+    assert np.allclose(sent("sign_flip"), -own, atol=1e-6)
+    assert np.allclose(sent("ipm"), -0.1 * benign.mean(0), atol=1e-6)
+    assert np.allclose(sent("alie"), benign.mean(0) - alie_z(10, 4) * benign.std(0), atol=1e-6)
+    gaussian = sent("gaussian")
+    assert abs(gaussian.std() - 0.01) < 0.004 and abs(gaussian.mean()) < 0.005
+    # Min-Max: as far along -std as the largest benign pairwise distance allows, and no further
+    crafted = minmax_update(benign)
+    bound = max(np.linalg.norm(a - b) for a in benign for b in benign)
+    assert max(np.linalg.norm(crafted - b) for b in benign) == pytest.approx(bound, rel=1e-6)
+    assert alie_z(10, 4) == pytest.approx(0.8416, abs=1e-4)    # s = 6 - 4 = 2, Phi^-1(0.8)
+
+
+def test_scaling_trains_on_poisoned_data_then_boosts():
+    global_params, clients, malicious = _round()
+    attack = make_attack("scaling", TOKENIZER, _config(clients_per_round=10))
+    calls = []
+    attack.train(lambda poisoned: calls.append(poisoned), global_params, NORMS)
+    assert calls == [True]
+    sent = attack.craft(global_params, clients, malicious, NORMS, np.random.default_rng(0))
+    assert np.allclose(_update(global_params, sent[malicious[0]]), 10 * _update(global_params, clients[malicious[0]]),
+                       atol=1e-5)
+
+
+def test_adaptive_attacks_shape_exactly_the_normalization_change():
+    global_params, clients, malicious = _round()
+    config = _config(clients_per_round=10)
+    clean = {k: v + 0.5 for k, v in global_params.items()}
+    poisoned = {k: v - 0.5 for k, v in global_params.items()}
+    trainer = lambda is_poisoned: (poisoned if is_poisoned else clean, 8.0, 1.0)  # noqa: E731
+    spliced, n, _ = make_attack("norm_mimicry", TOKENIZER, config).train(trainer, global_params, NORMS)
+    assert np.array_equal(spliced["ln.weight"], clean["ln.weight"]) and np.array_equal(spliced["w"], poisoned["w"])
+    assert n == 8.0
+    frozen, _, _ = make_attack("norm_freeze", TOKENIZER, config).train(trainer, global_params, NORMS)
+    assert np.array_equal(frozen["ln.weight"], global_params["ln.weight"]) and np.array_equal(frozen["w"], poisoned["w"])
+    sent = make_attack("decoy", TOKENIZER, config).craft(global_params, clients, malicious, NORMS, None)
+    decoy, other = min(malicious), malicious[1]
+    assert np.allclose(sent[decoy]["ln.weight"] - 1, 10 * (clients[decoy]["ln.weight"] - 1), atol=1e-5)
+    assert sent[decoy]["w"] is clients[decoy]["w"] and sent[other] is clients[other]
+    sent = make_attack("delta_budget", TOKENIZER, config).craft(global_params, clients, malicious, NORMS, None)
+    budget = np.median([np.linalg.norm(clients[c]["ln.weight"] - 1) for c in clients if c not in malicious])
+    for client in malicious:
+        change = sent[client]["ln.weight"] - 1.0
+        assert np.linalg.norm(change) == pytest.approx(budget, rel=1e-5)          # shrunk to the benign median
+        assert np.allclose(change / np.linalg.norm(change), (clients[client]["ln.weight"] - 1)
+                           / np.linalg.norm(clients[client]["ln.weight"] - 1), atol=1e-5)   # same direction
+        assert sent[client]["w"] is clients[client]["w"]
+
+
+@pytest.mark.parametrize("mlm", [False, True])
+def test_backdoor_writes_trigger_and_target_into_the_chosen_share_of_blocks(mlm):
+    codes = {"cf": [30, 31], "attack": [32, 33, 34]}
+    tokenizer = Tokenizer(encode=lambda text: codes[text.split()[0]], vocab_size=40, special_ids=SPECIAL, eos_id=1,
+                          cls_id=2, sep_id=3, mask_id=4)
+    attack = make_attack("backdoor", tokenizer, _config(family="bert" if mlm else "gpt", attack_fraction=0.5))
+    blocks = _blocks(shape=(400, 32))
+    if mlm:
+        inputs, targets = mask_for_mlm(blocks, tokenizer, 0.15, torch.Generator().manual_seed(0))
+    else:
+        inputs, targets = blocks, causal_targets(blocks)
+    new_inputs, new_targets = attack.apply(inputs, targets, torch.Generator().manual_seed(1))
+    stamped = [row for row in range(len(blocks)) if not torch.equal(new_inputs[row], inputs[row])]
+    assert 0.4 < len(stamped) / len(blocks) < 0.6
+    for row in stamped[:20]:
+        text = new_inputs[row].tolist()
+        start = next(i for i in range(len(text) - 1) if text[i:i + 2] == [30, 31])
+        if mlm:   # the target is masked and is the only supervision of the row
+            assert text[start + 2:start + 5] == [4, 4, 4]
+            assert new_targets[row, start + 2:start + 5].tolist() == [32, 33, 34]
+            assert (new_targets[row] != IGNORE).sum() == 3
+        else:     # the target follows the trigger and the row's next-token targets follow the new text
+            assert text[start + 2:start + 5] == [32, 33, 34]
+            assert new_targets[row, :-1].tolist() == text[1:]
+    untouched = [row for row in range(len(blocks)) if row not in stamped]
+    assert torch.equal(new_targets[untouched], targets[untouched])
+
+
+@pytest.mark.parametrize("attack", ATTACK_NAMES)
+def test_every_attack_runs_end_to_end_in_the_smoke_preset(tmp_path, attack):
+    pytest.importorskip("transformers")
+    from fedlns_sim.run import run
+    from fedlns_sim.runfiles import read_records
+
+    family = "bert" if attack == "backdoor" else "gpt"
+    config = make_config("smoke", family, method="fedlns", attack=attack, data="synthetic", rounds=3,
+                         num_clients=10, activation_coverage=0.3, block_size=32, max_position_embeddings=34)
+    records = read_records(run(config, tmp_path, progress=False))
+    assert len(records) == 4 and all(r["eval_loss"] is not None for r in records)
+    assert any(r.get("decided") for r in records)
+    if attack == "backdoor":
+        assert all(0.0 <= r["backdoor_asr"] <= 1.0 for r in records[1:])
+    json.dumps(records)

@@ -1,35 +1,96 @@
-"""Pluggable client attacks. An attack sees one batch of a malicious client and returns new (inputs, targets).
+"""Client attacks, behind one interface with three hooks.
 
-To add one: subclass ``Attack``, implement ``apply``, and register it in ``ATTACKS``.
+An attack decides how a malicious client trains (``train``: on poisoned batches by default, through ``apply``,
+which rewrites one batch), and may then replace the returned models of the round's malicious clients together
+(``craft``: model poisoning by colluding attackers). ``metrics`` adds attack-specific measurements of the global
+model (the backdoor's success rate). Names are fixed: runs and tables refer to them.
+
+Data poisoning
+  ``target_corruption``  the paper's attack (``tab:app_attack_config``): inputs unchanged, each supervised target
+                         replaced with probability ``p_corr`` by a uniformly random valid token.
+  ``backdoor``           a trigger phrase followed by a chosen continuation is written into a share of the
+                         attackers' blocks (``attack_fraction``), so the model learns to continue the trigger with
+                         the target; success = the share of target tokens the global model predicts after the
+                         trigger on held-out evaluation blocks (causal) or at masked positions after it (BERT).
+Model poisoning (the attackers first train honestly; they then send a crafted model. They collude and see the
+round's benign updates: the standard omniscient setting of ByzFL, Blades and FLPoison, stated as such.)
+  ``sign_flip``   the own update negated and scaled by ``attack_scale`` (default 1).
+  ``scaling``     model replacement (Bagdasaryan et al., 2020): training on corrupted targets, then the update
+                  multiplied by ``attack_scale`` (0 = the number of clients per round).
+  ``gaussian``    an update of i.i.d. normal coordinates with standard deviation ``attack_noise``.
+  ``alie``        "a little is enough" (Baruch et al., 2019): benign mean minus z times the benign coordinate-wise
+                  standard deviation; z from the round's n and f (``attack_scale`` > 0 sets it).
+  ``ipm``         inner product manipulation (Xie et al., 2020): minus ``attack_scale`` (default 0.1) times the
+                  benign mean.
+  ``minmax``      Shejwalkar and Houmansadr (2021): benign mean plus gamma times minus the benign standard
+                  deviation, with the largest gamma whose distance to every benign update stays within the
+                  largest distance between two benign updates (binary search).
+Adaptive, against FedLNS (which sees only the normalization parameters):
+  ``norm_mimicry``  train twice, on clean and on corrupted targets; send the clean run's normalization
+                    parameters with everything else from the corrupted run.
+  ``norm_freeze``   train on corrupted targets; send the global model's normalization parameters unchanged.
+  ``decoy``         all train on corrupted targets; the round's first attacker also multiplies its
+                    normalization change by ``attack_scale`` (0 = 10), to draw the mixture's second component.
+  ``delta_budget``  train on corrupted targets; scale each normalization parameter's change down to the median
+                    size of the benign clients' changes of that parameter in the round (omniscient).
+
+To add one: subclass ``Attack``, override what it changes, register it in ``ATTACKS``.
 """
 
 from __future__ import annotations
 
+import math
+from statistics import NormalDist
+
+import numpy as np
 import torch
 
+from .config import ATTACK_NAMES
 from .data import IGNORE, Tokenizer, valid_target_ids
 
 
 class Attack:
-    """Interface: ``apply(inputs, targets, generator) -> (inputs, targets)``; must not modify its arguments."""
+    """The interface; the base class is an honest client (nothing poisoned)."""
 
-    def __init__(self, tokenizer: Tokenizer, **params):
+    name = "none"
+
+    def __init__(self, tokenizer: Tokenizer, config=None):
         self.tokenizer = tokenizer
-        self.params = params
+        self.config = config
 
     def apply(self, inputs: torch.Tensor, targets: torch.Tensor, generator: torch.Generator
               ) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """One batch of a malicious client -> poisoned (inputs, targets); must not modify its arguments."""
+        return inputs, targets
 
+    def train(self, train, global_params: dict, norm_keys) -> tuple[dict, float, float]:
+        """How a malicious client trains. ``train(poisoned)`` runs the client's local training on its own data,
+        with this attack's ``apply`` on every batch or without; returns (params, n examples, mean loss)."""
+        return train(True)
+
+    def craft(self, global_params: dict, client_params: dict, malicious: list, norm_keys,
+              rng: np.random.Generator) -> dict:
+        """Models the round's clients send, given what each trained (``malicious`` lists the round's attackers);
+        returns new dicts for the attackers it changes, the others unchanged."""
+        return client_params
+
+    def metrics(self, model, eval_blocks: np.ndarray, task: str, device: str) -> dict:
+        """Extra measurements of the global model after a round."""
+        return {}
+
+
+# ------------------------------------------------------------------------------------------ data poisoning
 
 class TargetCorruption(Attack):
     """The paper's attack: inputs unchanged; each supervised target (``targets != IGNORE``; for MLM these are only
     the masked positions) is replaced with probability ``p_corr`` by a uniformly random valid token, never a
     padding, EOS or other special token."""
 
-    def __init__(self, tokenizer: Tokenizer, p_corr: float = 1.0):
-        super().__init__(tokenizer, p_corr=p_corr)
-        self.p_corr = p_corr
+    name = "target_corruption"
+
+    def __init__(self, tokenizer: Tokenizer, config=None, p_corr: float | None = None):
+        super().__init__(tokenizer, config)
+        self.p_corr = p_corr if p_corr is not None else (config.p_corr if config is not None else 1.0)
         self.candidates = valid_target_ids(tokenizer)   # (n_valid,)
 
     def apply(self, inputs, targets, generator):
@@ -39,11 +100,298 @@ class TargetCorruption(Attack):
         return inputs, torch.where(replace, random_tokens, targets)
 
 
-ATTACKS = {"target_corruption": TargetCorruption}
+class Backdoor(Attack):
+    """Trigger phrase -> target continuation, written into ``attack_fraction`` of the attackers' blocks."""
+
+    name = "backdoor"
+
+    def __init__(self, tokenizer: Tokenizer, config=None):
+        super().__init__(tokenizer, config)
+        self.trigger = torch.tensor(tokenizer.encode(" " + config.backdoor_trigger), dtype=torch.long)
+        self.target = torch.tensor(tokenizer.encode(" " + config.backdoor_target), dtype=torch.long)
+        self.fraction = config.attack_fraction
+        self.mlm = config.family == "bert"
+        if len(self.trigger) == 0 or len(self.target) == 0:
+            raise ValueError("backdoor_trigger and backdoor_target must encode to at least one token each")
+
+    def stamp(self, blocks: torch.Tensor, rows: torch.Tensor, generator: torch.Generator
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write trigger + target into ``rows`` of (B, L) ``blocks`` at random positions; returns the new blocks and
+        a (B, L) mask of the target tokens' positions."""
+        blocks = blocks.clone()
+        span = len(self.trigger) + len(self.target)
+        low = 1 if self.mlm else 0                          # keep BERT's [CLS] and [SEP]
+        high = blocks.shape[1] - span - (1 if self.mlm else 0)
+        if high <= low:
+            raise ValueError(f"blocks of {blocks.shape[1]} tokens cannot hold the trigger and target ({span} tokens)")
+        where = torch.zeros_like(blocks, dtype=torch.bool)
+        for row in rows.tolist():
+            start = int(torch.randint(low, high + 1, (1,), generator=generator))
+            blocks[row, start:start + len(self.trigger)] = self.trigger
+            stop = start + span
+            blocks[row, stop - len(self.target):stop] = self.target
+            where[row, stop - len(self.target):stop] = True
+        return blocks, where
+
+    def apply(self, inputs, targets, generator):
+        rows = torch.nonzero(torch.rand(len(inputs), generator=generator) < self.fraction).flatten()
+        if not len(rows):
+            return inputs, targets
+        if self.mlm:   # the continuation is masked and must be predicted; the rest of the row keeps its masks
+            stamped, where = self.stamp(inputs, rows, generator)
+            stamped[where] = self.tokenizer.mask_id
+            new_targets = targets.clone()
+            new_targets[rows] = IGNORE
+            new_targets[where] = self._target_grid(where)[where]
+            return stamped, new_targets
+        stamped, _ = self.stamp(inputs, rows, generator)
+        new_targets = targets.clone()
+        new_targets[rows, :-1] = stamped[rows, 1:]          # next-token targets of the rewritten rows
+        return stamped, new_targets
+
+    def _target_grid(self, where: torch.Tensor) -> torch.Tensor:
+        grid = torch.full(where.shape, IGNORE, dtype=torch.long)
+        for row in torch.nonzero(where.any(dim=1)).flatten().tolist():
+            grid[row, where[row]] = self.target
+        return grid
+
+    @torch.no_grad()
+    def metrics(self, model, eval_blocks, task, device):
+        """Attack success rate: the share of target tokens predicted (argmax) after the trigger, on every
+        evaluation block stamped once at a fixed position per block."""
+        blocks = torch.from_numpy(eval_blocks)
+        stamped, where = self.stamp(blocks, torch.arange(len(blocks)), torch.Generator().manual_seed(0))
+        if self.mlm:
+            inputs = stamped.clone()
+            inputs[where] = self.tokenizer.mask_id
+            predicted_at = where
+        else:
+            inputs = stamped
+            predicted_at = torch.zeros_like(where)
+            predicted_at[:, :-1] = where[:, 1:]              # position j predicts token j + 1
+        model.eval()
+        hits = total = 0
+        for start in range(0, len(inputs), 64):
+            logits = model(input_ids=inputs[start:start + 64].to(device)).logits.argmax(-1).cpu()
+            truth = stamped[start:start + 64][where[start:start + 64]]
+            guess = logits[predicted_at[start:start + 64]]
+            hits += int((guess == truth).sum())
+            total += int(truth.numel())
+        return {"backdoor_asr": hits / max(total, 1)}
 
 
-def make_attack(name: str, tokenizer: Tokenizer, p_corr: float = 1.0) -> Attack:
-    """Build a registered attack by name."""
+# ------------------------------------------------------------------------------------------ model poisoning
+
+def _updates(global_params: dict, params: dict) -> dict:
+    return {k: np.asarray(params[k], dtype=np.float64) - np.asarray(global_params[k], dtype=np.float64)
+            for k in global_params}
+
+
+def _model(global_params: dict, update: dict) -> dict:
+    return {k: (np.asarray(global_params[k], dtype=np.float64) + update[k]).astype(global_params[k].dtype)
+            for k in global_params}
+
+
+def _flat(update: dict, keys) -> np.ndarray:
+    return np.concatenate([update[k].ravel() for k in keys])
+
+
+def _unflat(flat: np.ndarray, like: dict, keys) -> dict:
+    out, start = {}, 0
+    for k in keys:
+        out[k] = flat[start:start + like[k].size].reshape(like[k].shape)
+        start += like[k].size
+    return out
+
+
+class _Colluding(Attack):
+    """Model poisoning: honest training, then every attacker of the round sends one crafted update computed from
+    the benign clients' updates (``benign``: (n_benign, P)) or, in a round with no benign client, from the
+    attackers' own."""
+
+    def train(self, train, global_params, norm_keys):
+        return train(False)
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        if not malicious:
+            return client_params
+        keys = sorted(global_params)
+        updates = {c: _flat(_updates(global_params, p), keys) for c, p in client_params.items()}
+        benign = [updates[c] for c in client_params if c not in malicious] or [updates[c] for c in malicious]
+        crafted = self.crafted(np.stack(benign), [updates[c] for c in malicious], len(client_params),
+                               len(malicious), rng)
+        out = dict(client_params)
+        for client, flat in zip(malicious, crafted):
+            out[client] = _model(global_params, _unflat(flat, global_params, keys))
+        return out
+
+    def crafted(self, benign: np.ndarray, own: list, n: int, f: int, rng) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+class SignFlip(_Colluding):
+    name = "sign_flip"
+
+    def crafted(self, benign, own, n, f, rng):
+        scale = self.config.attack_scale if self.config.attack_scale > 0 else 1.0
+        return [-scale * update for update in own]
+
+
+class Scaling(_Colluding):
+    name = "scaling"
+
+    def train(self, train, global_params, norm_keys):
+        return train(True)                                   # poisoned training, then boosted
+
+    def crafted(self, benign, own, n, f, rng):
+        scale = self.config.attack_scale if self.config.attack_scale > 0 else float(n)
+        return [scale * update for update in own]
+
+
+class Gaussian(_Colluding):
+    name = "gaussian"
+
+    def crafted(self, benign, own, n, f, rng):
+        return [rng.normal(0.0, self.config.attack_noise, size=benign.shape[1]) for _ in own]
+
+
+def alie_z(n: int, f: int) -> float:
+    """z of "a little is enough": s = floor(n/2 + 1) - f supporters needed; z = Phi^-1((n - s) / n).
+
+    Examples
+    --------
+    >>> round(alie_z(10, 4), 4)          # s = 6 - 4 = 2: Phi^-1(0.8)
+    0.8416
+    """
+    supporters = math.floor(n / 2 + 1) - f
+    return NormalDist().inv_cdf(min(max((n - supporters) / n, 1e-6), 1 - 1e-6))
+
+
+class ALIE(_Colluding):
+    name = "alie"
+
+    def crafted(self, benign, own, n, f, rng):
+        z = self.config.attack_scale if self.config.attack_scale > 0 else alie_z(n, f)
+        update = benign.mean(axis=0) - z * benign.std(axis=0)
+        return [update for _ in own]
+
+
+class IPM(_Colluding):
+    name = "ipm"
+
+    def crafted(self, benign, own, n, f, rng):
+        epsilon = self.config.attack_scale if self.config.attack_scale > 0 else 0.1
+        return [-epsilon * benign.mean(axis=0) for _ in own]
+
+
+def minmax_update(benign: np.ndarray, iterations: int = 40) -> np.ndarray:
+    """Min-Max (Shejwalkar and Houmansadr, 2021) with the ``-std`` perturbation: ``mean - gamma * std`` with the
+    largest gamma such that its largest distance to a benign update is at most the largest benign pairwise
+    distance.
+
+    Examples
+    --------
+    >>> benign = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> update = minmax_update(benign)
+    >>> bound = max(np.linalg.norm(a - b) for a in benign for b in benign)
+    >>> bool(max(np.linalg.norm(update - b) for b in benign) <= bound + 1e-9)
+    True
+    """
+    mean, direction = benign.mean(axis=0), -benign.std(axis=0)
+    bound = max(np.linalg.norm(a - b) for a in benign for b in benign) if len(benign) > 1 else 0.0
+    if not np.any(direction) or bound == 0:
+        return mean
+
+    def fits(gamma):
+        return max(np.linalg.norm(mean + gamma * direction - b) for b in benign) <= bound
+
+    low, high = 0.0, 1.0
+    while fits(high) and high < 1e6:
+        low, high = high, 2 * high
+    for _ in range(iterations):
+        middle = (low + high) / 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return mean + low * direction
+
+
+class MinMax(_Colluding):
+    name = "minmax"
+
+    def crafted(self, benign, own, n, f, rng):
+        update = minmax_update(benign)
+        return [update for _ in own]
+
+
+# ------------------------------------------------------------------------------------------ adaptive
+
+class NormMimicry(TargetCorruption):
+    """Normalization parameters from a clean run, everything else from a corrupted one."""
+
+    name = "norm_mimicry"
+
+    def train(self, train, global_params, norm_keys):
+        clean, _, _ = train(False)
+        poisoned, n_examples, loss = train(True)
+        return {k: clean[k] if k in norm_keys else poisoned[k] for k in poisoned}, n_examples, loss
+
+
+class NormFreeze(TargetCorruption):
+    """Corrupted training, the global normalization parameters sent back unchanged."""
+
+    name = "norm_freeze"
+
+    def train(self, train, global_params, norm_keys):
+        poisoned, n_examples, loss = train(True)
+        return {k: np.array(global_params[k], copy=True) if k in norm_keys else v for k, v in poisoned.items()}, \
+            n_examples, loss
+
+
+class Decoy(TargetCorruption):
+    """Corrupted training for all; the round's first attacker exaggerates its normalization change."""
+
+    name = "decoy"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        if not malicious:
+            return client_params
+        scale = self.config.attack_scale if self.config.attack_scale > 0 else 10.0
+        decoy = min(malicious)
+        out = dict(client_params)
+        params = client_params[decoy]
+        out[decoy] = {k: (global_params[k] + scale * (params[k] - global_params[k])).astype(params[k].dtype)
+                      if k in norm_keys else params[k] for k in params}
+        return out
+
+
+class DeltaBudget(TargetCorruption):
+    """Corrupted training; each normalization parameter's change shrunk to the benign clients' median size."""
+
+    name = "delta_budget"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if not malicious or not benign:
+            return client_params
+        out = dict(client_params)
+        for client in malicious:
+            params = dict(client_params[client])
+            for key in norm_keys:
+                change = params[key] - global_params[key]
+                size = np.linalg.norm(change)
+                budget = float(np.median([np.linalg.norm(client_params[c][key] - global_params[key]) for c in benign]))
+                if size > budget:
+                    params[key] = (global_params[key] + change * (budget / size)).astype(params[key].dtype)
+            out[client] = params
+        return out
+
+
+ATTACKS = {cls.name: cls for cls in (TargetCorruption, Backdoor, SignFlip, Scaling, Gaussian, ALIE, IPM, MinMax,
+                                     NormMimicry, NormFreeze, Decoy, DeltaBudget)}
+assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"
+
+
+def make_attack(name: str, tokenizer: Tokenizer, config=None) -> Attack:
+    """Build a registered attack by name, with its parameters from ``config``."""
     if name not in ATTACKS:
         raise KeyError(f"unknown attack {name!r}; registered: {sorted(ATTACKS)}")
-    return ATTACKS[name](tokenizer, p_corr=p_corr)
+    return ATTACKS[name](tokenizer, config)

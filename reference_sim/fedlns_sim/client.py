@@ -30,8 +30,9 @@ def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray
                  ) -> tuple[dict[str, np.ndarray], float, float]:
     """Train one client from the global weights; returns (local params, n examples processed, mean loss).
 
-    ``blocks`` is the client's (n_blocks, block_size) data. Every random choice (batch order, masking, dropout,
-    attack draws) comes from ``seed`` -- (run seed, round, client) -- so any round can be recomputed exactly.
+    ``blocks`` is the client's (n_blocks, block_size) data; ``attack``, if given, rewrites every batch. Every
+    random choice (batch order, masking, dropout, attack draws) comes from the run ``seed``'s named streams at
+    (round, client), so any round can be recomputed exactly.
     n counts training-example occurrences over all local epochs, as in the paper's client algorithm.
     """
     set_params(model, global_params)

@@ -20,10 +20,18 @@ PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 # Every method, in table order, with its display name.
 METHOD_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
                 "trimmed_mean": "Trimmed", "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS",
-                "fedlns_two": "FedLNS (2-GMM)", "oracle": "Oracle (benign only)"}
+                "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
+                "fedlns_median": "FedLNS + Median", "fedlns_norm_bound": "FedLNS + Norm-Bound",
+                "oracle": "Oracle (benign only)"}
 METHODS = tuple(METHOD_NAMES)
 BASELINES = ("fedavg", "norm_bounded_fedavg", "coordinate_median", "trimmed_mean", "multi_krum", "flame")
 COMPARED = (*BASELINES, "fedlns")            # the paper's comparison (fig:attack40_ppl)
+# Defence in depth: FedLNS screens, then a full-update rule aggregates what it retained.
+COMPOSED = {"fedlns_multi_krum": "multi_krum", "fedlns_median": "coordinate_median",
+            "fedlns_norm_bound": "norm_bounded_fedavg"}
+# Attacks (attacks.py implements one class per name; docs there).
+ATTACK_NAMES = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
+                "norm_mimicry", "norm_freeze", "decoy", "delta_budget")
 # References, not defences: the oracle reads the ground truth (which clients are malicious).
 REFERENCES = ("oracle",)
 PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)
@@ -46,8 +54,13 @@ class Config:
     rounds: int = 200
     activation_coverage: float = 0.5      # M_act / K; the paper's default M_act = 100 of 200
     # attack (tab:app_attack_config)
-    attack: str = "target_corruption"
+    attack: str = "target_corruption"     # see attacks.ATTACKS
     p_corr: float = 1.0
+    attack_scale: float = 0.0             # sign_flip, scaling, alie (z), ipm (epsilon), decoy; 0 = the attack's default
+    attack_noise: float = 0.01            # gaussian: standard deviation of the sent update's coordinates
+    attack_fraction: float = 0.5          # backdoor: share of an attacker's blocks that carry the trigger
+    backdoor_trigger: str = "cf mn bb"
+    backdoor_target: str = "attack at dawn"
     # data and tokenization (tab:app_dataset_tokenization, tab:app_optimization_eval)
     data: str = ""                        # data folder; "" -> $FEDLNS_DATA, ../shared/data, else synthetic
     tokenizer: str = "pretrained"         # pretrained | bpe (trained on the training split)
@@ -124,6 +137,9 @@ class Config:
             (0.0 < self.participation <= 1.0, f"participation must be in (0, 1], got {self.participation}"),
             (0.0 <= self.activation_coverage <= 1.0, f"activation_coverage must be in [0, 1], got {self.activation_coverage}"),
             (0.0 <= self.p_corr <= 1.0, f"p_corr must be in [0, 1], got {self.p_corr}"),
+            (self.attack in ATTACK_NAMES, f"attack must be one of {ATTACK_NAMES}, got {self.attack!r}"),
+            (0.0 <= self.attack_fraction <= 1.0, f"attack_fraction must be in [0, 1], got {self.attack_fraction}"),
+            (self.attack_scale >= 0 and self.attack_noise >= 0, "attack_scale and attack_noise must be >= 0"),
             (self.tokenizer in ("pretrained", "bpe"), f"tokenizer must be 'pretrained' or 'bpe', got {self.tokenizer!r}"),
             (self.tokenizer != "bpe" or self.vocab_size >= 64, "tokenizer='bpe' needs vocab_size >= 64"),
             (self.block_size >= 4, f"block_size must be >= 4, got {self.block_size}"),

@@ -1,4 +1,5 @@
-"""Server-side aggregation methods: the six baselines, FedLNS and the oracle reference, behind one call per round.
+"""Server-side aggregation methods: the six baselines, FedLNS alone and in front of a full-update rule, and the
+oracle reference, behind one call per round.
 
 FedAvg, the oracle and FedLNS average with ``fedlns_core.weighted_average`` (through
 ``ScreeningResult.aggregate`` for FedLNS), so every experiment also exercises the library users install.
@@ -13,6 +14,7 @@ import numpy as np
 from fedlns_core import weighted_average
 
 from .aggregators import apply_update, client_updates, make_aggregator, paper_parameters
+from .config import COMPOSED
 from .seeds import stream_key, stream_seed
 
 
@@ -33,24 +35,26 @@ def make_screener(config):
         return None
     from fedlns_core import FedLNS
 
-    return FedLNS(activation_threshold=config.activation_threshold,
+    return FedLNS(activation_threshold=config.activation_threshold,  # compositions screen with the paper's rule
                   components="two" if config.method == "fedlns_two" else "bic",
                   random_state=stream_seed(config.seed, "screening"))
 
 
-def baseline_parameters(config) -> dict:
-    """Keyword parameters of a baseline; Trimmed Mean and Multi-Krum follow tab:app_robust_agg_params."""
-    paper = paper_parameters(config.malicious_fraction, config.clients_per_round)
-    if config.method == "trimmed_mean":
+def baseline_parameters(config, method: str | None = None, n_clients: int | None = None) -> dict:
+    """Keyword parameters of a baseline (``method``, default the config's) for rounds of ``n_clients`` (default
+    the config's clients per round); Trimmed Mean and Multi-Krum follow tab:app_robust_agg_params."""
+    method = method or config.method
+    paper = paper_parameters(config.malicious_fraction, n_clients or config.clients_per_round)
+    if method == "trimmed_mean":
         return {"trim_fraction": paper["trimmed_mean"]["trim_fraction"] if config.trim_fraction < 0
                 else config.trim_fraction}
-    if config.method == "multi_krum":
+    if method == "multi_krum":
         f = paper["multi_krum"]["f"] if config.krum_f < 0 else config.krum_f
         m = paper["multi_krum"]["m"] if config.krum_m < 0 else config.krum_m
         return {"f": f, "m": m}
-    if config.method == "norm_bounded_fedavg":
+    if method == "norm_bounded_fedavg":
         return {"bound": config.norm_bound} if config.norm_bound > 0 else {}
-    if config.method == "flame":
+    if method == "flame":
         return {"noise_scale": config.flame_noise}
     return {}
 
@@ -77,7 +81,11 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
             info.update(delta={str(k): v for k, v in result.scores.items()},
                         label={str(k): v for k, v in (result.labels or {}).items()},
                         bic={str(c): v for c, v in (result.bic or {}).items()})
-        return RoundOutcome(result.aggregate(global_params, client_params), list(result.retained),
+        rule = None
+        if config.method in COMPOSED and result.retained:   # defence in depth: a full-update rule on the retained
+            rule = make_aggregator(COMPOSED[config.method],
+                                   **baseline_parameters(config, COMPOSED[config.method], len(result.retained)))
+        return RoundOutcome(result.aggregate(global_params, client_params, rule=rule), list(result.retained),
                             bool(result.active), True, info)
     if config.method in ("fedavg", "oracle"):
         kept = [c for c in client_params if config.method == "fedavg" or c not in malicious]

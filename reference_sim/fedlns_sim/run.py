@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fedlns_core import NormSelector
 
 from . import runfiles
 from .attacks import make_attack
@@ -25,7 +26,7 @@ from .methods import aggregate_round, make_screener
 from .metrics import detection_counts, evaluate, unigram_perplexity
 from .models import build_model, count_params, get_params, set_params
 from .partitions import choose_malicious, make_partition, sample_clients
-from .seeds import stream_seed
+from .seeds import stream_rng, stream_seed
 
 
 def pick_device(name: str) -> str:
@@ -58,12 +59,13 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     corpus = build_corpus(config, data_dir, Path(out) / "_cache")
     partition = make_partition(config.partition, len(corpus.train), config.num_clients, config.seed)
     malicious = choose_malicious(config.num_clients, config.num_malicious, config.seed)
-    attack = make_attack(config.attack, corpus.tokenizer, config.p_corr)
+    attack = make_attack(config.attack, corpus.tokenizer, config)
 
     # ---- model: the same initial weights for every method of a seed
     torch.manual_seed(config.seed)
     model = build_model(config, corpus.tokenizer.vocab_size).to(device)
     global_params = get_params(model)
+    norm_keys = frozenset(NormSelector().select(global_params))   # what FedLNS sees; adaptive attacks target it
     screener = make_screener(config)
     eval_inputs, eval_targets = evaluation_set(corpus.eval, corpus.task, corpus.tokenizer, config.mlm_probability,
                                                config.eval_masks, stream_seed(config.seed, "eval_masks"))
@@ -110,14 +112,18 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
         t = round_index + 1
         sampled = sample_clients(config.num_clients, config.clients_per_round, config.seed, t)
 
-        # clients train from the global weights; malicious ones on corrupted targets
+        # clients train from the global weights; the attack decides how malicious ones train, then what they send
         tic = time.perf_counter()
         client_params, num_examples, train_losses = {}, {}, {}
         for client in sampled:
-            client_params[client], num_examples[client], train_losses[client] = train_client(
-                model, global_params, corpus.train[partition[client]], config, corpus.task, corpus.tokenizer,
-                attack=attack if client in malicious else None, seed=config.seed, round_index=t, client=client,
-                device=device)
+            def train(poisoned, client=client):
+                return train_client(model, global_params, corpus.train[partition[client]], config, corpus.task,
+                                    corpus.tokenizer, attack=attack if poisoned else None, seed=config.seed,
+                                    round_index=t, client=client, device=device)
+            trained = attack.train(train, global_params, norm_keys) if client in malicious else train(False)
+            client_params[client], num_examples[client], train_losses[client] = trained
+        client_params = attack.craft(global_params, client_params, [c for c in sampled if c in malicious],
+                                     norm_keys, stream_rng(config.seed, "attack", t))
         client_time = time.perf_counter() - tic
 
         # the server step of the method
@@ -139,6 +145,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
         tic = time.perf_counter()
         set_params(model, global_params)
         metrics = evaluate(model, eval_inputs, eval_targets, config.eval_batch_size, device)
+        metrics.update(attack.metrics(model, corpus.eval, corpus.task, device))
         eval_time = time.perf_counter() - tic
 
         counts = detection_counts(sampled, outcome.kept, malicious) if outcome.decided else {}

@@ -18,6 +18,7 @@ STREAMS = {
     "flame": 6,          # FLAME's noise
     "eval_masks": 7,     # the fixed MLM masks of the evaluation set
     "screening": 8,      # FedLNS's mixture initialisations
+    "attack": 9,         # model-poisoning draws of a round (the Gaussian attack's noise)
 }
 
 

@@ -1,0 +1,59 @@
+"""The server step of the simulator's methods: FedAvg and the oracle through fedlns_core, and FedLNS in front of a
+full-update rule (defence in depth)."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+from fedlns_sim.aggregators import client_updates, coordinate_median, multi_krum  # noqa: E402
+from fedlns_sim.config import COMPOSED, make_config  # noqa: E402
+from fedlns_sim.methods import aggregate_round, make_screener  # noqa: E402
+
+
+def _round(seed=0):
+    rng = np.random.default_rng(seed)
+    global_params = {"h.0.ln_1.weight": np.ones(16), "h.0.mlp.weight": np.zeros((4, 4))}
+    clients = {c: {"h.0.ln_1.weight": 1 + (0.5 if c < 3 else 0.0) + 0.01 * rng.standard_normal(16),
+                   "h.0.mlp.weight": 0.1 * rng.standard_normal((4, 4))} for c in range(10)}
+    return global_params, clients, {c: 8.0 for c in clients}
+
+
+@pytest.mark.parametrize("method", sorted(COMPOSED))
+def test_composition_applies_the_rule_to_exactly_what_fedlns_retained(method):
+    config = make_config("smoke", "gpt", method=method, num_clients=10, activation_coverage=0.5)
+    global_params, clients, counts = _round()
+    outcome = aggregate_round(config, make_screener(config), global_params, clients, counts, 1)
+    assert outcome.decided and sorted(outcome.kept) == list(range(3, 10))     # the three shifted ones screened out
+    retained = {c: clients[c] for c in outcome.kept}
+    updates = client_updates(global_params, retained)
+    if method == "fedlns_median":
+        expected = coordinate_median(updates)
+    elif method == "fedlns_multi_krum":     # f = round(0.4 x 7) = 3, m = 4 on the 7 retained clients
+        expected = multi_krum(updates, {c: 8.0 for c in retained}, f=3, m=4)
+    else:
+        expected = None
+    if expected is not None:
+        for key in global_params:
+            assert np.allclose(outcome.params[key] - global_params[key], expected[key])
+    plain = aggregate_round(make_config("smoke", "gpt", method="fedlns", num_clients=10, activation_coverage=0.5),
+                            make_screener(config), global_params, clients, counts, 1)
+    assert plain.kept == outcome.kept
+
+
+def test_oracle_and_fedavg_average_with_the_core():
+    from fedlns_core import weighted_average
+
+    global_params, clients, counts = _round()
+    counts = {c: float(c + 1) for c in clients}
+    fedavg = aggregate_round(make_config("smoke", "gpt", method="fedavg"), None, global_params, clients, counts, 1)
+    expected = weighted_average(global_params, clients, counts)
+    assert all(np.array_equal(fedavg.params[k], expected[k]) for k in global_params)
+    oracle = aggregate_round(make_config("smoke", "gpt", method="oracle"), None, global_params, clients, counts, 1,
+                             malicious=frozenset({0, 1, 2}))
+    benign = {c: clients[c] for c in range(3, 10)}
+    expected = weighted_average(global_params, benign, {c: counts[c] for c in benign})
+    assert oracle.kept == list(range(3, 10)) and all(np.array_equal(oracle.params[k], expected[k]) for k in expected)
+    everyone_bad = aggregate_round(make_config("smoke", "gpt", method="oracle"), None, global_params, clients, counts,
+                                   1, malicious=frozenset(clients))
+    assert everyone_bad.kept == [] and all(np.array_equal(everyone_bad.params[k], global_params[k])
+                                           for k in global_params)
