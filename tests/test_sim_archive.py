@@ -53,3 +53,18 @@ def test_archive_is_byte_stable_and_drops_machine_paths(tmp_path):
         assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
     archived = json.loads(next((tmp_path / "a" / "runs").glob("*fedavg*/config.json")).read_text())
     assert archived["config"]["data"] == ""
+
+
+def test_verify_accepts_runs_made_before_a_setting_existed(tmp_path, capsys):
+    """A setting added to Config later (here: pretend the archived run predates attack_noise) takes its default."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    _sweep(runs)
+    main(["archive", str(runs), str(results)])
+    (cell,) = (results / "verify.txt").read_text().split()
+    path = results / "runs" / cell / "config.json"
+    meta = json.loads(path.read_text())
+    del meta["config"]["attack_noise"]
+    path.write_text(json.dumps(meta))
+    assert main(["verify", str(results), "--out", str(tmp_path / "again"), "--jobs", "1"]) == 0
+    output = capsys.readouterr().out
+    assert "at their defaults: attack_noise" in output and "1 of 1 cells reproduce" in output

@@ -14,10 +14,11 @@ from fedlns_sim.report import (MixedCodeError, fraction_tables, load_runs, paire
 from fedlns_sim.stats import mean_std  # noqa: E402
 
 
-def _fake_run(root, method, seed, losses, entropies, fraction=0.4, code="abc", unigram=None, extra=None):
+def _fake_run(root, method, seed, losses, entropies, fraction=0.4, code="abc", unigram=None, extra=None,
+              attack="target_corruption"):
     """A run folder written by hand: round 0 plus one record per trained round."""
     config = make_config("smoke", "gpt", method=method, seed=seed, rounds=len(losses) - 1,
-                         malicious_fraction=fraction)
+                         malicious_fraction=fraction, attack=attack)
     folder = root / config.run_name()
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"config": config.to_dict(), "data_source": "hand-made",
@@ -136,3 +137,25 @@ def test_report_refuses_runs_of_different_code(tmp_path):
         write_report(tmp_path, tmp_path / "report")
     result = write_report(tmp_path, tmp_path / "report", plots=False, allow_mixed_code=True)
     assert "several versions" in result["tables"].read_text()
+
+
+def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_oracle(tmp_path):
+    from fedlns_sim.report import attack_matrix
+
+    flat = [9.0, 6.0, 6.0]
+    for seed in (100, 200):
+        _fake_run(tmp_path, "oracle", seed, [9.0, 3.0, 4.0], flat)
+        for attack, (fedavg, fedlns) in {"target_corruption": (5.0, 3.5), "alie": (4.0, 4.0)}.items():
+            for method, loss in (("fedavg", fedavg), ("fedlns", fedlns)):
+                _fake_run(tmp_path, method, seed, [9.0, loss, loss + 1.0], flat, attack=attack)
+    cells = {(c["attack"], c["method"]): c for c in attack_matrix(load_runs(tmp_path))}
+    assert cells[("target_corruption", "fedlns")]["recovery"]["mean"] == pytest.approx(
+        (math.exp(5.0) - math.exp(3.5)) / (math.exp(5.0) - math.exp(3.0)))
+    assert cells[("alie", "fedlns")]["recovery"]["mean"] == pytest.approx(0.0)     # no better than FedAvg
+    result = write_report(tmp_path, tmp_path / "report")
+    assert "## Robustness matrix" in result["tables"].read_text()
+    assert (tmp_path / "report" / "attack_matrix.png").is_file()
+    # the main tables keep the paper's attack only
+    assert {s["attack"] for s in result["summaries"]} == {"target_corruption", "alie"}
+    table = next(t for t in result["table_objects"] if t.get("metric") == "eval_loss" and "family" in t)
+    assert table["cells"][("fedlns", (0.4, "best"))][0] == pytest.approx(3.5)

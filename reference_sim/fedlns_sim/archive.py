@@ -76,20 +76,19 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2) -
             raise FileNotFoundError(f"{folder} holds no archived run")
         meta = json.loads((folder / "config.json").read_text())
         values = dict(meta["config"], **({"data": data} if data is not None else {}))
-        config = config_from_dict(values)
-        if config.run_name() != name:
-            raise ValueError(f"{name}: its stored config now gives the folder name {config.run_name()}; the config "
-                             "fields changed since it was made")
+        config = config_from_dict(values)   # settings added since the run was made take their defaults
+        added = sorted(set(config.to_dict()) - set(meta["config"]))
+        if added:
+            print(f"{name}: settings added since it was made, at their defaults: {', '.join(added)}")
         configs.append(config)
         stored[name] = (meta, runfiles.read_records(folder))
     scratch = Path(out) if out else Path(tempfile.mkdtemp(prefix="fedlns-verify-"))
     sweep(configs, scratch, progress=False, jobs=jobs)
     current = runfiles.code_identity()["source"]
     failures = 0
-    for config in configs:
-        name = config.run_name()
+    for name, config in zip(names, configs):
         meta, expected = stored[name]
-        actual = runfiles.read_records(scratch / name)
+        actual = runfiles.read_records(scratch / config.run_name())
         same_code = (meta.get("code") or {}).get("source") == current
         difference = first_difference(expected, actual)
         failures += difference is not None

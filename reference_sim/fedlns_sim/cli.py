@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from .config import COMPARED, FAMILIES, METHODS, PAPER_FRACTIONS, PAPER_SEEDS, PARTITIONS, PRESETS, parse_override
+from .config import (ATTACK_NAMES, COMPARED, FAMILIES, METHODS, PAPER_FRACTIONS, PAPER_SEEDS, PARTITIONS, PRESETS,
+                     parse_override)
 
 # What ``sweep`` runs by default for each preset.
 SWEEP_DEFAULTS = {
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "(default: the preset's)")
     many.add_argument("--methods", type=_csv(str, METHODS), help="comma-separated (default: the preset's)")
     many.add_argument("--seeds", type=_csv(int), help="comma-separated (default: the preset's)")
+    many.add_argument("--attacks", type=_csv(str, ATTACK_NAMES),
+                      help="comma-separated attacks (default: the config's, target_corruption)")
     many.add_argument("--coverages", type=_csv(float), help="comma-separated activation coverages M_act/K "
                                                             "(bank ablation; default: the preset's 0.5)")
     many.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
@@ -184,7 +187,7 @@ def _dispatch(args) -> int:
     for name in ("families", "partitions", "fractions", "methods", "seeds"):
         if getattr(args, name):
             axes[name] = getattr(args, name)
-    configs = sweep_configs(args.preset, activation_coverages=args.coverages or (None,),
+    configs = sweep_configs(args.preset, activation_coverages=args.coverages or (None,), attacks=args.attacks or (None,),
                             references=not args.no_references, **axes, **overrides)
     tic = time.perf_counter()
     summary = sweep(configs, out, progress=not args.no_progress, jobs=args.jobs)

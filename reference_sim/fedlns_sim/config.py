@@ -113,7 +113,9 @@ class Config:
         return dataclasses.asdict(self)
 
     def run_name(self) -> str:
-        """Directory name of this run: the swept axes, then a short hash of every setting of the experiment.
+        """Directory name of this run: the swept axes (and the attack, unless it is the paper's), then a short hash
+        of the experiment's settings that differ from the defaults, so that a setting added later with a default
+        leaves existing names alone.
 
         Examples
         --------
@@ -121,12 +123,17 @@ class Config:
         ('gpt-iid-mal30-fedlns-act50-seed100-', 'gpt-iid-mal30.4-fedlns-act50-seed100-')
         >>> Config(learning_rate=1e-3).run_name() != Config().run_name()
         True
+        >>> Config(attack="alie").run_name()[:40]
+        'gpt-iid-mal40-fedlns-act50-seed100-alie-'
         """
         from .runfiles import experiment_fields   # one list of the machine keys, shared with resume
 
-        digest = hashlib.sha1(json.dumps(experiment_fields(self.to_dict()), sort_keys=True).encode()).hexdigest()[:8]
+        defaults = Config().to_dict()
+        changed = {k: v for k, v in experiment_fields(self.to_dict()).items() if v != defaults[k]}
+        digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]
+        attack = "" if self.attack == "target_corruption" else f"-{self.attack}"
         return (f"{self.family}-{self.partition}-mal{_percent(self.malicious_fraction)}-{self.method}"
-                f"-act{_percent(self.activation_coverage)}-seed{self.seed}-{digest}")
+                f"-act{_percent(self.activation_coverage)}-seed{self.seed}{attack}-{digest}")
 
     def validate(self) -> "Config":
         checks = [

@@ -18,8 +18,9 @@ REFERENCE_STYLE = {"clean": dict(color="black", linestyle="--", label="Clean (Fe
 NOT_FROM_ZERO = " (axis does not start at 0)"
 
 
-def plot_all(summaries: list[dict], recovered: list[dict], out: Path) -> list[Path]:
-    """perplexity_vs_fraction.png, perplexity_per_round.png, detection_rates.png and recovery.png."""
+def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: list[dict] | None = None) -> list[Path]:
+    """perplexity_vs_fraction.png, perplexity_per_round.png, detection_rates.png, recovery.png and, with several
+    attacks, attack_matrix.png."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,7 +184,44 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path) -> list[Pa
                            f"{top * 100:g}% malicious ({seeds} seed{'s' * (seeds > 1)})", fontsize=9)
             axis.set_ylabel("recovery (FedAvg - m) / (FedAvg - oracle)", fontsize=8)
         paths.append(finish(figure, axes, out / "recovery.png"))
+    if matrix:
+        paths.append(plot_attack_matrix(matrix, out / "attack_matrix.png"))
     return paths
+
+
+def plot_attack_matrix(cells: list[dict], path: Path) -> Path:
+    """Heat maps of the recovery (FedAvg - method) / (FedAvg - oracle): rows = methods, columns = attacks, one
+    panel per (family, partition, fraction); 1 = as good as the oracle, 0 = no better than FedAvg."""
+    import matplotlib.pyplot as plt
+
+    from .config import ATTACK_NAMES
+
+    panels = sorted({(c["family"], c["partition"], c["fraction"]) for c in cells},
+                    key=lambda p: (FAMILIES.index(p[0]), PARTITIONS.index(p[1]), p[2]))
+    attacks = [a for a in ATTACK_NAMES if any(c["attack"] == a for c in cells)]
+    methods = [m for m in METHODS if m != "fedavg" and any(c["method"] == m for c in cells)]
+    figure, axes = plt.subplots(1, len(panels), figsize=(1.0 + 0.75 * len(attacks) * len(panels),
+                                                         1.6 + 0.42 * len(methods)), squeeze=False)
+    for axis, (family, partition, fraction) in zip(axes[0], panels):
+        grid = np.full((len(methods), len(attacks)), np.nan)
+        for c in cells:
+            if (c["family"], c["partition"], c["fraction"]) == (family, partition, fraction) and c["method"] in methods \
+                    and c["recovery"] is not None:
+                grid[methods.index(c["method"]), attacks.index(c["attack"])] = c["recovery"]["mean"]
+        image = axis.imshow(np.clip(grid, -1, 1), cmap="RdYlGn", vmin=-1, vmax=1, aspect="auto")
+        for i in range(len(methods)):
+            for j in range(len(attacks)):
+                if np.isfinite(grid[i, j]):
+                    axis.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7)
+        axis.set_xticks(range(len(attacks)), attacks, rotation=60, fontsize=7, ha="right")
+        axis.set_yticks(range(len(methods)), [METHOD_NAMES[m] for m in methods], fontsize=7)
+        axis.set_title(f"{FAMILY_NAMES_SHORT[family]}, {PARTITION_NAMES[partition]}, {fraction * 100:g}% malicious",
+                       fontsize=9)
+    figure.colorbar(image, ax=list(axes[0]), label="recovery (clipped to [-1, 1])", shrink=0.8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return path
 
 
 FAMILY_NAMES_SHORT = {"gpt": "GPT", "bert": "BERT", "llama": "LLaMA"}

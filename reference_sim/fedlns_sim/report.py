@@ -19,13 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import BASELINES, FAMILIES, FAMILY_NAMES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
+from .config import (ATTACK_NAMES, BASELINES, FAMILIES, FAMILY_NAMES, METHOD_NAMES, METHODS, PARTITION_NAMES,
+                     PARTITIONS)
 from .runfiles import read_records
 from .stats import auc, best_checkpoint, detection_rates, finite_loss, mean_std, recovery, t_interval
 
 METRICS = {"eval_loss": "Test Loss", "perplexity": "Test PPL", "entropy": "Semantic Entropy"}
 KINDS = {"best": "best", "last10": "last 10"}   # best checkpoint; mean of the last ten rounds
 CLEAN, UNIGRAM = "clean", "unigram"              # reference rows besides the oracle method
+PAPER_ATTACK = "target_corruption"
 ROW_NAMES = {**METHOD_NAMES, CLEAN: "Clean (FedAvg, 0% malicious)", UNIGRAM: "Unigram model"}
 
 
@@ -57,6 +59,8 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
         summaries.append({
             "run": config_path.parent.name, "family": config["family"], "partition": config["partition"],
             "method": config["method"], "fraction": config["malicious_fraction"], "seed": config["seed"],
+            "attack": config.get("attack", PAPER_ATTACK),
+            "backdoor_asr": _mean_or_nan([r.get("backdoor_asr") for r in last]),
             "coverage": config["activation_coverage"], "rounds": config["rounds"], "completed": trained[-1]["round"],
             "best_round": best["round"], "eval_loss": finite_loss(best), "perplexity": _ppl(finite_loss(best)),
             "entropy": best["entropy"],
@@ -148,10 +152,12 @@ def check_same_code(summaries: list[dict]) -> dict:
 
 
 def main_runs(summaries: list[dict]) -> list[dict]:
-    """Runs of the main comparison: FedLNS only at its default activation coverage (others are ablation runs)."""
+    """Runs of the main comparison: the paper's attack, FedLNS only at its default activation coverage (others are
+    ablation runs)."""
+    summaries = [s for s in summaries if s["attack"] == PAPER_ATTACK]
     coverages = {s["coverage"] for s in summaries if s["method"] == "fedlns"}
     default = 0.5 if 0.5 in coverages or not coverages else min(coverages)
-    return [s for s in summaries if s["method"] not in ("fedlns", "fedlns_two") or s["coverage"] == default]
+    return [s for s in summaries if not s["method"].startswith("fedlns") or s["coverage"] == default]
 
 
 def _group(summaries, keys):
@@ -330,7 +336,7 @@ def gmm_tables(summaries: list[dict]) -> list[dict]:
 
 def bank_tables(summaries: list[dict]) -> list[dict]:
     """Bank-coverage ablation: rows = M_act/K, columns = families; best of the first ten active rounds."""
-    subset = [s for s in summaries if s["method"] == "fedlns"]
+    subset = [s for s in summaries if s["method"] == "fedlns" and s["attack"] == PAPER_ATTACK]
     tables = []
     for (partition, fraction), runs in sorted(_group(subset, ("partition", "fraction")).items()):
         if len({s["coverage"] for s in runs}) < 2:
@@ -353,6 +359,67 @@ def bank_tables(summaries: list[dict]) -> list[dict]:
                            "cells": {k: mean_std([s["early_best"][metric] for s in rs]) + (len(rs),)
                                      for k, rs in groups.items()}})
     return tables
+
+
+def attack_matrix(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
+    """The robustness matrix, per (family, partition, fraction): for every method and attack, the best-checkpoint
+    and last-10 perplexity (mean and std over seeds), the recovery (FedAvg - method) / (FedAvg - oracle) under
+    that attack paired by seed, detection rates, and the backdoor's success rate. Present only when runs of more
+    than the paper's attack exist. The oracle (and clean FedAvg) do not depend on the attack: one run serves all."""
+    attacked = [s for s in summaries if s["fraction"] > 0]
+    if len({s["attack"] for s in attacked}) < 2:
+        return []
+    oracle = {(s["family"], s["partition"], s["fraction"], s["seed"]): s for s in attacked if s["method"] == "oracle"}
+    cells = []
+    for (family, partition, fraction, attack, method), runs in sorted(
+            _group([s for s in attacked if s["method"] != "oracle"],
+                   ("family", "partition", "fraction", "attack", "method")).items(),
+            key=lambda item: (*_setting_order(*item[0][:3]), ATTACK_NAMES.index(item[0][3]),
+                              METHODS.index(item[0][4]))):
+        fedavg = {s["seed"]: s for s in attacked if (s["family"], s["partition"], s["fraction"], s["attack"],
+                                                      s["method"]) == (family, partition, fraction, attack, "fedavg")}
+        paired = [(fedavg[s["seed"]]["perplexity"], s["perplexity"], oracle[(family, partition, fraction,
+                                                                            s["seed"])]["perplexity"])
+                  for s in runs if s["seed"] in fedavg and (family, partition, fraction, s["seed"]) in oracle]
+        totals = {k: sum(s[k] for s in runs) for k in ("tp", "fp", "fn", "tn")}
+        cells.append({"family": family, "partition": partition, "fraction": fraction, "attack": attack,
+                      "method": method, "seeds": sorted(s["seed"] for s in runs),
+                      "perplexity": mean_std([s["perplexity"] for s in runs]),
+                      "last10_perplexity": mean_std([s["last10_perplexity"] for s in runs]),
+                      "recovery": t_interval([recovery(*p) for p in paired], confidence) if paired else None,
+                      "selects_clients": runs[0]["selects_clients"], **detection_rates(**totals),
+                      "backdoor_asr": mean_std([s["backdoor_asr"] for s in runs])})
+    return cells
+
+
+def attack_matrix_markdown(cells: list[dict]) -> str:
+    """One table per (family, partition, fraction): rows = methods, columns = attacks."""
+    out = []
+    for (family, partition, fraction), group in _group(cells, ("family", "partition", "fraction")).items():
+        attacks = [a for a in ATTACK_NAMES if any(c["attack"] == a for c in group)]
+        methods = [m for m in METHODS if any(c["method"] == m for c in group)]
+        by = {(c["method"], c["attack"]): c for c in group}
+        out += [f"**{FAMILY_NAMES[family]}, {PARTITION_NAMES[partition]}, {_percent(fraction)} malicious: "
+                "best-checkpoint perplexity (recovery; TPR/FPR for methods that pick clients; backdoor success)**",
+                "", "| Method | " + " | ".join(attacks) + " |", "|---" * (len(attacks) + 1) + "|"]
+        for method in methods:
+            row = []
+            for attack in attacks:
+                c = by.get((method, attack))
+                if c is None:
+                    row.append("–")
+                    continue
+                text = _cell(*c["perplexity"], 0)
+                if c["recovery"] is not None and method != "fedavg":
+                    text += f" (rec {c['recovery']['mean']:.2f})"
+                if c["selects_clients"] and math.isfinite(c["tpr"]):
+                    text += f" {_pct(c['tpr'])}/{_pct(c['fpr'])}"
+                if attack == "backdoor" and math.isfinite(c["backdoor_asr"][0]):
+                    text += f" ASR {c['backdoor_asr'][0]:.2f}"
+                row.append(text)
+            out.append(f"| {METHOD_NAMES[method]} | " + " | ".join(row) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def to_markdown(table: dict) -> str:
@@ -540,6 +607,13 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
                      "1 = as good as averaging the benign clients only, 0 = no better than FedAvg under attack. "
                      "Per-seed values with a 95% t interval, and the ratio of the seed means.", "",
                      recovery_markdown(recovered)]
+    matrix = attack_matrix(summaries)
+    if matrix:
+        markdown += ["## Robustness matrix: attack x method", "",
+                     "Best-checkpoint perplexity, mean ± std over seeds; *rec* = recovery (FedAvg - method) / "
+                     "(FedAvg - Oracle) under the same attack, mean over seeds; for methods that pick clients, "
+                     "TPR/FPR; for the backdoor, its success rate over the last 10 rounds.", "",
+                     attack_matrix_markdown(matrix)]
     markdown += ["## Detection (positive = rejected) and FedLNS's screening diagnostics", "",
                  detection_markdown(summaries), "## Wall time per run (seconds, mean over runs)", "",
                  timing_markdown(summaries)]
@@ -555,6 +629,6 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
     if plots:
         from .plots import plot_all
 
-        paths = plot_all(summaries, recovered, out)
+        paths = plot_all(summaries, recovered, out, matrix)
     return {"tables": out / "tables.md", "plots": paths, "summaries": summaries, "table_objects": tables,
-            "paired": paired, "recovery": recovered, "code": code}
+            "paired": paired, "recovery": recovered, "matrix": matrix, "code": code}

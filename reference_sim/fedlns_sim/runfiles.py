@@ -156,9 +156,11 @@ def check_same_run(run_dir: Path, config_dict: dict, data_source: str | None = N
     stored = read_meta(run_dir)
     if stored is None:
         return
-    if experiment_fields(stored["config"]) != experiment_fields(config_dict):
-        changed = sorted(k for k in experiment_fields(config_dict)
-                         if stored["config"].get(k) != config_dict.get(k))
+    from .config import Config   # a setting added after the run was made counts at its default
+
+    previous = {**Config().to_dict(), **stored["config"]}
+    if experiment_fields(previous) != experiment_fields(config_dict):
+        changed = sorted(k for k in experiment_fields(config_dict) if previous.get(k) != config_dict.get(k))
         raise RuntimeError(f"{run_dir} holds a run with a different config ({', '.join(changed) or 'keys'}); "
                            "use another --out")
     if data_source is not None and stored.get("data_source") != data_source:

@@ -20,11 +20,12 @@ from .config import Config, make_config
 
 
 def sweep_configs(preset: str, families, partitions, fractions, methods, seeds, activation_coverages=(None,),
-                  references: bool = False, **overrides) -> list[Config]:
-    """All configs of a sweep, in a stable order (family, partition, fraction, coverage, seed, method).
+                  references: bool = False, attacks=(None,), **overrides) -> list[Config]:
+    """All configs of a sweep, in a stable order (family, partition, fraction, attack, coverage, seed, method).
 
     With ``references``, each (family, partition, seed) also gets its clean run (FedAvg with no malicious
-    client) and each attacked fraction its oracle run (FedAvg over the benign clients only), once.
+    client) and each attacked fraction its oracle run (FedAvg over the benign clients only), once: neither depends
+    on the attack, so both run with the config's. ``attacks`` (None: the config's) is an axis like the others.
     """
     configs, seen = [], set()
 
@@ -35,13 +36,13 @@ def sweep_configs(preset: str, families, partitions, fractions, methods, seeds, 
             seen.add(config.run_name())
             configs.append(config)
 
-    for family, partition, fraction, coverage, seed, method in itertools.product(
-            families, partitions, fractions, activation_coverages, seeds, methods):
-        extra = dict(overrides)
+    for family, partition, fraction, attack, coverage, seed, method in itertools.product(
+            families, partitions, fractions, attacks, activation_coverages, seeds, methods):
+        extra = dict(overrides, **({"attack": attack} if attack is not None else {}))
         if coverage is not None:
             extra["activation_coverage"] = float(coverage)
         add(family, partition, fraction, method, seed, extra)
-        if references:
+        if references:   # neither depends on the attack: without attackers, or without their updates
             add(family, partition, 0.0, "fedavg", seed, overrides)
             if fraction > 0:
                 add(family, partition, fraction, "oracle", seed, overrides)
