@@ -40,3 +40,9 @@ def test_command_prints_one_json_line_per_variant(recorded, capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["variant"] for line in lines] == ["paper", "exclude_round"]
     assert lines[0]["agree_with_run"] == lines[0]["rounds"]
+
+
+def test_hypotheses_table_over_recorded_runs(recorded, capsys):
+    assert main([str(recorded), "--hypotheses", "--variants", "paper,exclude_round"]) == 0
+    table = capsys.readouterr().out
+    assert "| gpt | iid | 2 | 1 |" in table and "paper: TPR / FPR / wrong" in table

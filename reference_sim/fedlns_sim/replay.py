@@ -103,6 +103,83 @@ def summarize(decisions: list[dict]) -> dict:
             "wrong_cluster_rounds": wrong, "agree_with_run": agree}
 
 
+def round_facts(run_dir: Path) -> list[dict]:
+    """Per active round of a FedLNS run, from its records: attackers in the round, whether the mixture kept the
+    wrong side, whether a split isolated one client, the bank's median entry age, and the round's AUC of delta."""
+    from .stats import auc
+
+    facts = []
+    for r in read_records(run_dir):
+        if not r.get("delta"):
+            continue
+        bad = {str(c) for c in r["malicious_sampled"]}
+        rejected = [c for c, label in r["label"].items() if label != 0]
+        kept = [c for c, label in r["label"].items() if label == 0]
+        share = lambda clients: sum(c in bad for c in clients) / len(clients)  # noqa: E731
+        attackers = [d for c, d in r["delta"].items() if c in bad]
+        benign = [d for c, d in r["delta"].items() if c not in bad]
+        facts.append({"attackers": len(bad), "clients": len(r["delta"]),
+                      "wrong": bool(rejected and kept and share(rejected) < share(kept)),
+                      "missed": bool(bad) and not rejected,
+                      "singleton": r.get("n_components") == 2 and min(len(rejected), len(kept)) == 1,
+                      "bank_age": (r.get("bank_age") or {}).get("median"),
+                      "auc": auc(attackers, benign) if attackers and benign else None})
+    return facts
+
+
+def hypotheses(run_dirs: list[Path], variants=("paper", "max_age:5", "exclude_round", "no_singletons")) -> list[dict]:
+    """One row per group of runs with the same family and local steps: the diagnostics that bear on each suspected
+    cause of wrong decisions, and the replayed variants' detection rates."""
+    groups: dict[tuple, list[Path]] = {}
+    for run_dir in run_dirs:
+        config = read_meta(run_dir)["config"]
+        blocks = config["max_train_blocks"] // config["num_clients"]
+        steps = config["local_epochs"] * -(-blocks // config["batch_size"])
+        groups.setdefault((config["family"], config["partition"], steps), []).append(Path(run_dir))
+    rows = []
+    for (family, partition, steps), dirs in sorted(groups.items()):
+        facts = [f for d in dirs for f in round_facts(d)]
+        majority = [f for f in facts if f["attackers"] * 2 >= f["clients"]]
+        minority = [f for f in facts if f["attackers"] * 2 < f["clients"]]
+        ages = sorted(f["bank_age"] for f in facts if f["bank_age"] is not None)
+        cut = ages[len(ages) // 2] if ages else None
+        stale = [f for f in facts if cut is not None and f["bank_age"] is not None and f["bank_age"] > cut]
+        fresh = [f for f in facts if cut is not None and f["bank_age"] is not None and f["bank_age"] <= cut]
+        rate = lambda rounds: sum(f["wrong"] for f in rounds) / len(rounds) if rounds else float("nan")  # noqa: E731
+        row = {"family": family, "partition": partition, "steps": steps, "runs": len(dirs), "rounds": len(facts),
+               "auc": float(np.mean([f["auc"] for f in facts if f["auc"] is not None])),
+               "wrong": rate(facts), "wrong_majority": rate(majority), "majority_rounds": len(majority),
+               "wrong_minority": rate(minority), "wrong_stale": rate(stale), "wrong_fresh": rate(fresh),
+               "singleton_rounds": sum(f["singleton"] for f in facts),
+               "wrong_singleton": rate([f for f in facts if f["singleton"]])}
+        for variant in variants:
+            totals = [summarize(replay(d, variant)) for d in dirs]
+            n = sum(t["rounds"] for t in totals)
+            row[variant] = {"tpr": float(np.mean([t["tpr"] for t in totals])),
+                            "fpr": float(np.mean([t["fpr"] for t in totals])),
+                            "wrong": sum(t["wrong_cluster_rounds"] for t in totals) / max(n, 1),
+                            "agree": sum(t["agree_with_run"] for t in totals) / max(n, 1)}
+        rows.append(row)
+    return rows
+
+
+def hypotheses_markdown(rows: list[dict]) -> str:
+    variants = [k for k in rows[0] if isinstance(rows[0][k], dict)] if rows else []
+    head = ["Family", "Partition", "Steps", "Runs", "Active rounds", "AUC of delta", "Wrong-cluster rounds",
+            "... attackers >= half", "... fewer", "... bank older than median", "... younger", "Singleton splits",
+            *[f"{v}: TPR / FPR / wrong" for v in variants]]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    pct = lambda x: "–" if x != x else f"{100 * x:.0f}%"  # noqa: E731
+    for r in rows:
+        cells = [r["family"], r["partition"], str(r["steps"]), str(r["runs"]), str(r["rounds"]), f"{r['auc']:.3f}",
+                 pct(r["wrong"]), f"{pct(r['wrong_majority'])} of {r['majority_rounds']}", pct(r["wrong_minority"]),
+                 pct(r["wrong_stale"]), pct(r["wrong_fresh"]),
+                 f"{r['singleton_rounds']} ({pct(r['wrong_singleton'])} wrong)"]
+        cells += [f"{r[v]['tpr']:.2f} / {r[v]['fpr']:.2f} / {pct(r[v]['wrong'])}" for v in variants]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     """``python -m fedlns_sim.replay RUN_DIR... [--variants paper,max_age:5,...]``: one JSON line per run and
     variant."""
@@ -113,7 +190,12 @@ def main(argv=None) -> int:
     parser.add_argument("runs", nargs="+", help="FedLNS run folders recorded with record_signatures=true")
     parser.add_argument("--variants", default="paper,max_age:5,max_age:10,exclude_round,no_singletons",
                         help="comma-separated variants (default: %(default)s)")
+    parser.add_argument("--hypotheses", action="store_true",
+                        help="one Markdown table over all the runs, grouped by family, partition and local steps")
     args = parser.parse_args(argv)
+    if args.hypotheses:
+        print(hypotheses_markdown(hypotheses([Path(r) for r in args.runs], tuple(args.variants.split(",")))))
+        return 0
     for run_dir in args.runs:
         for variant in args.variants.split(","):
             print(json.dumps({"run": Path(run_dir).name, "variant": variant,
