@@ -12,6 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_DIR = ROOT / "examples" / "flower"
+PEFT_EXAMPLE_DIR = ROOT / "examples" / "flower_peft"
 BIN_DIR = Path(sys.executable).parent
 
 
@@ -20,10 +21,10 @@ def short_temp_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
-def base_env(**extra: str) -> dict[str, str]:
+def base_env(example_dir: Path = EXAMPLE_DIR, **extra: str) -> dict[str, str]:
     """Environment for Flower processes: offline, the example importable, quiet telemetry."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLE_DIR), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(example_dir), env.get("PYTHONPATH")]))
     env["FLWR_TELEMETRY_ENABLED"] = "0"
     env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     env["OMP_NUM_THREADS"] = "1"
@@ -32,12 +33,12 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def start(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+def start(command: list[str], log_path: Path, env: dict[str, str], cwd: Path = EXAMPLE_DIR) -> subprocess.Popen:
     """Start a process in its own session, detached from the test runner's terminal signals."""
     handle = open(log_path, "wb")
     try:
         return subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=EXAMPLE_DIR, start_new_session=True
+            command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
         )
     finally:
         handle.close()  # the child keeps its own descriptor

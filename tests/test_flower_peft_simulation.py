@@ -1,0 +1,77 @@
+"""The FlowerTune-style PEFT example in a real Flower simulation: LoRA+norm payloads, attackers rejected, loss falls."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+pytest.importorskip("ray")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from _flower_runs import (  # noqa: E402
+    PEFT_EXAMPLE_DIR,
+    ROOT,
+    assert_attackers_rejected,
+    base_env,
+    short_temp_dir,
+    start,
+    stop,
+)
+
+NUM_CLIENTS = 6
+NUM_ATTACKERS = 2
+NUM_ROUNDS = 4
+TIME_LIMIT = 300  # seconds; a run takes about a minute on two shared cores
+TEXT = Path(os.environ.get("FEDLNS_DATA", ROOT.parent / "shared" / "data")) / "tiny-shakespeare" / "input.txt"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TEXT.is_file(), reason=f"needs the project's data folder ({TEXT}; set FEDLNS_DATA)")
+def test_peft_simulation_rejects_attackers_and_the_held_out_loss_falls(tmp_path):
+    ray_dir = short_temp_dir("fedlns-ray-")
+    record_dir = tmp_path / "records"
+    record_dir.mkdir()
+    output_dir = tmp_path / "output"
+    command = [
+        sys.executable, str(PEFT_EXAMPLE_DIR / "simulate.py"),
+        "--num-supernodes", str(NUM_CLIENTS), "--num-cpus", "2",
+        "--set", f"num-server-rounds={NUM_ROUNDS}",
+        "--set", f"num-attackers={NUM_ATTACKERS}",
+        "--set", f"min-nodes={NUM_CLIENTS}",
+        "--set", f"activation-threshold={NUM_CLIENTS}",
+        "--set", f"data-file={TEXT}",
+        "--set", f"output-dir={output_dir}",
+        "--set", f"record-dir={record_dir}",
+    ]
+    log_file = tmp_path / "simulation.log"
+    began = time.monotonic()
+    process = start(command, log_file, base_env(PEFT_EXAMPLE_DIR, RAY_TMPDIR=str(ray_dir)), cwd=PEFT_EXAMPLE_DIR)
+    try:
+        process.wait(timeout=TIME_LIMIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"simulation did not finish in {TIME_LIMIT}s; log:\n{log_file.read_text()[-4000:]}")
+    finally:
+        stop(process)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert process.returncode == 0, log_file.read_text()[-4000:]
+
+    assert_attackers_rejected(output_dir / "screening.jsonl", record_dir,
+                              num_attackers=NUM_ATTACKERS, num_benign=NUM_CLIENTS - NUM_ATTACKERS)
+    rounds = [json.loads(line) for line in (output_dir / "screening.jsonl").read_text().splitlines()]
+    assert len(rounds) == NUM_ROUNDS and all(entry["screening"]["active"] for entry in rounds)
+    # The signature is the norms of the payload only, never LoRA A/B.
+    keys = rounds[0]["screening"]["signature_keys"]
+    assert keys and all("lora_" not in key and "norm" in key for key in keys)
+    losses = [json.loads(line)["loss"] for line in (output_dir / "held_out_loss.jsonl").read_text().splitlines()]
+    assert len(losses) == NUM_ROUNDS + 1  # round 0 (initial adapter) and after every round
+    assert losses[-1] < losses[0] - 0.1, losses
+    print(f"held-out loss by round {[round(loss, 3) for loss in losses]}; {time.monotonic() - began:.0f}s")
