@@ -132,6 +132,15 @@ def test_make_norms_trainable_returns_a_new_config_with_short_names():
     assert bert.modules_to_save == ["LayerNorm"]
 
 
+def test_the_recipes_in_the_docs_are_what_the_helper_writes():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "peft.md").read_text(encoding="utf-8")
+    for name in ("llama", "mistral", "qwen2", "gpt2", "bert"):
+        written = make_norms_trainable(LoraConfig(target_modules=ARCHITECTURES[name][1]), _base(name))
+        assert str(written.modules_to_save).replace("'", '"') in text, (name, written.modules_to_save)
+
+
 def test_a_short_name_that_would_catch_another_module_becomes_a_path():
     class Block(nn.Module):
         def __init__(self):
