@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +89,24 @@ def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
         _signal(pid, signal.SIGTERM)
     for pid in descendants:
         _signal(pid, signal.SIGKILL)
+
+
+def run_simulation_script(script: Path, arguments: list[str], log_path: Path, *, time_limit: float,
+                          example_dir: Path = EXAMPLE_DIR) -> None:
+    """Run an example's simulate.py in a child process with a time limit; fail the test with its log tail."""
+    import pytest
+
+    ray_dir = short_temp_dir("fedlns-ray-")
+    process = start([sys.executable, str(script), *arguments], log_path,
+                    base_env(example_dir, RAY_TMPDIR=str(ray_dir)), cwd=example_dir)
+    try:
+        process.wait(timeout=time_limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"simulation did not finish in {time_limit}s; log:\n{log_path.read_text()[-4000:]}")
+    finally:
+        stop(process)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert process.returncode == 0, log_path.read_text()[-4000:]
 
 
 def attacker_nodes(record_dir: Path) -> tuple[set[int], set[int]]:

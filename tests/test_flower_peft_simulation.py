@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,15 +14,7 @@ pytest.importorskip("ray")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from _flower_runs import (  # noqa: E402
-    PEFT_EXAMPLE_DIR,
-    ROOT,
-    assert_attackers_rejected,
-    base_env,
-    short_temp_dir,
-    start,
-    stop,
-)
+from _flower_runs import PEFT_EXAMPLE_DIR, ROOT, assert_attackers_rejected, run_simulation_script  # noqa: E402
 
 NUM_CLIENTS = 6
 NUM_ATTACKERS = 2
@@ -37,12 +26,10 @@ TEXT = Path(os.environ.get("FEDLNS_DATA", ROOT.parent / "shared" / "data")) / "t
 @pytest.mark.slow
 @pytest.mark.skipif(not TEXT.is_file(), reason=f"needs the project's data folder ({TEXT}; set FEDLNS_DATA)")
 def test_peft_simulation_rejects_attackers_and_the_held_out_loss_falls(tmp_path):
-    ray_dir = short_temp_dir("fedlns-ray-")
     record_dir = tmp_path / "records"
     record_dir.mkdir()
     output_dir = tmp_path / "output"
-    command = [
-        sys.executable, str(PEFT_EXAMPLE_DIR / "simulate.py"),
+    arguments = [
         "--num-supernodes", str(NUM_CLIENTS), "--num-cpus", "2",
         "--set", f"num-server-rounds={NUM_ROUNDS}",
         "--set", f"num-attackers={NUM_ATTACKERS}",
@@ -52,17 +39,9 @@ def test_peft_simulation_rejects_attackers_and_the_held_out_loss_falls(tmp_path)
         "--set", f"output-dir={output_dir}",
         "--set", f"record-dir={record_dir}",
     ]
-    log_file = tmp_path / "simulation.log"
     began = time.monotonic()
-    process = start(command, log_file, base_env(PEFT_EXAMPLE_DIR, RAY_TMPDIR=str(ray_dir)), cwd=PEFT_EXAMPLE_DIR)
-    try:
-        process.wait(timeout=TIME_LIMIT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"simulation did not finish in {TIME_LIMIT}s; log:\n{log_file.read_text()[-4000:]}")
-    finally:
-        stop(process)
-        shutil.rmtree(ray_dir, ignore_errors=True)
-    assert process.returncode == 0, log_file.read_text()[-4000:]
+    run_simulation_script(PEFT_EXAMPLE_DIR / "simulate.py", arguments, tmp_path / "simulation.log",
+                          time_limit=TIME_LIMIT, example_dir=PEFT_EXAMPLE_DIR)
 
     assert_attackers_rejected(output_dir / "screening.jsonl", record_dir,
                               num_attackers=NUM_ATTACKERS, num_benign=NUM_CLIENTS - NUM_ATTACKERS)
