@@ -25,8 +25,15 @@ def _is_norm_module(module: str) -> bool:
     return any(word in _NORM_WORDS or _NUMBERED_NORM.match(word) for word in words)
 
 
+# PEFT's LN-tuning sends a tuned module `X` as `X.ln_tuning_layers.weight`: the module is `X`, and the
+# wrapper's own name (which contains the word "ln") must not make any LN-tuned module look like a norm.
+_PEFT_WRAPPER_SEGMENTS = frozenset({"ln_tuning_layers"})
+
+
 def _auto_rule(name: str) -> bool:
     parts = name.split(".")
+    if len(parts) >= 3 and parts[-2] in _PEFT_WRAPPER_SEGMENTS:
+        parts = parts[:-2] + parts[-1:]
     return len(parts) >= 2 and parts[-1].lower() in ("weight", "bias") and _is_norm_module(parts[-2])
 
 
@@ -45,7 +52,9 @@ class NormSelector:
     rule : {"auto", "paper"}, default="auto"
         ``"auto"`` selects the weight and bias of every module whose name is a normalization layer
         (case-insensitive; GPT-2 ``ln_1``/``ln_2``/``ln_f``, BERT ``LayerNorm``, LLaMA-style
-        ``input_layernorm``/``post_attention_layernorm``/``norm``, T5 ``layer_norm``, ``norm1``...).
+        ``input_layernorm``/``post_attention_layernorm``/``norm``, T5 ``layer_norm``, ``norm1``...),
+        also in PEFT payloads (``get_peft_model_state_dict``): ``modules_to_save`` norms keep their own
+        names there, and an LN-tuned module ``X`` is sent as ``X.ln_tuning_layers.weight``.
         ``"paper"`` is the rule of the paper's Table ``tab:app_fedlns_details``: the name contains
         ``ln`` or ``layernorm`` and ends with ``weight`` or ``bias`` (it misses LLaMA's final
         ``model.norm.weight``). Ignored when ``patterns`` or ``keys`` is given.

@@ -17,5 +17,5 @@ echo "setting up $venv ..." >&2
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 # The CPU build of torch first: a bare torch requirement can pull a multi-GB CUDA build.
 "$venv/bin/python" -m pip install --quiet "torch==2.13.0"
-"$venv/bin/python" -m pip install --quiet -e ".[torch,flower,sim,dev]"
+"$venv/bin/python" -m pip install --quiet -e ".[torch,flower,sim,peft,dev]"
 echo "$want" > "$stamp"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_DIR = ROOT / "examples" / "flower"
+PEFT_EXAMPLE_DIR = ROOT / "examples" / "flower_peft"
 BIN_DIR = Path(sys.executable).parent
 
 
@@ -20,10 +22,10 @@ def short_temp_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
-def base_env(**extra: str) -> dict[str, str]:
+def base_env(example_dir: Path = EXAMPLE_DIR, **extra: str) -> dict[str, str]:
     """Environment for Flower processes: offline, the example importable, quiet telemetry."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLE_DIR), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(example_dir), env.get("PYTHONPATH")]))
     env["FLWR_TELEMETRY_ENABLED"] = "0"
     env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     env["OMP_NUM_THREADS"] = "1"
@@ -32,12 +34,12 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def start(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+def start(command: list[str], log_path: Path, env: dict[str, str], cwd: Path = EXAMPLE_DIR) -> subprocess.Popen:
     """Start a process in its own session, detached from the test runner's terminal signals."""
     handle = open(log_path, "wb")
     try:
         return subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=EXAMPLE_DIR, start_new_session=True
+            command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
         )
     finally:
         handle.close()  # the child keeps its own descriptor
@@ -87,6 +89,24 @@ def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
         _signal(pid, signal.SIGTERM)
     for pid in descendants:
         _signal(pid, signal.SIGKILL)
+
+
+def run_simulation_script(script: Path, arguments: list[str], log_path: Path, *, time_limit: float,
+                          example_dir: Path = EXAMPLE_DIR) -> None:
+    """Run an example's simulate.py in a child process with a time limit; fail the test with its log tail."""
+    import pytest
+
+    ray_dir = short_temp_dir("fedlns-ray-")
+    process = start([sys.executable, str(script), *arguments], log_path,
+                    base_env(example_dir, RAY_TMPDIR=str(ray_dir)), cwd=example_dir)
+    try:
+        process.wait(timeout=time_limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"simulation did not finish in {time_limit}s; log:\n{log_path.read_text()[-4000:]}")
+    finally:
+        stop(process)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert process.returncode == 0, log_path.read_text()[-4000:]
 
 
 def attacker_nodes(record_dir: Path) -> tuple[set[int], set[int]]:

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-
 import pytest
 
 pytest.importorskip("flwr")
 pytest.importorskip("ray")
 pytest.importorskip("transformers")
 
-from _flower_runs import (  # noqa: E402
-    EXAMPLE_DIR,
-    assert_attackers_rejected,
-    base_env,
-    short_temp_dir,
-    start,
-    stop,
-)
+from _flower_runs import EXAMPLE_DIR, assert_attackers_rejected, run_simulation_script  # noqa: E402
 
 NUM_CLIENTS = 6
 NUM_ATTACKERS = 2
@@ -28,12 +17,10 @@ TIME_LIMIT = 360  # seconds; a run takes about 1-2 minutes on two shared cores
 
 @pytest.mark.slow
 def test_simulation_rejects_the_target_corrupting_clients(tmp_path):
-    ray_dir = short_temp_dir("fedlns-ray-")
     record_dir = tmp_path / "records"
     record_dir.mkdir()
     output_dir = tmp_path / "output"
-    command = [
-        sys.executable, str(EXAMPLE_DIR / "simulate.py"),
+    arguments = [
         "--num-supernodes", str(NUM_CLIENTS),
         "--num-cpus", "2",
         "--set", "num-server-rounds=2",
@@ -44,16 +31,7 @@ def test_simulation_rejects_the_target_corrupting_clients(tmp_path):
         "--set", f"record-dir={record_dir}",
         "--set", f"state-path={tmp_path / 'state.npz'}",
     ]
-    log_file = tmp_path / "simulation.log"
-    process = start(command, log_file, base_env(RAY_TMPDIR=str(ray_dir)))
-    try:
-        process.wait(timeout=TIME_LIMIT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"simulation did not finish in {TIME_LIMIT}s; log:\n{log_file.read_text()[-4000:]}")
-    finally:
-        stop(process)
-        shutil.rmtree(ray_dir, ignore_errors=True)
-    assert process.returncode == 0, log_file.read_text()[-4000:]
+    run_simulation_script(EXAMPLE_DIR / "simulate.py", arguments, tmp_path / "simulation.log", time_limit=TIME_LIMIT)
 
     assert_attackers_rejected(
         output_dir / "screening.jsonl", record_dir,

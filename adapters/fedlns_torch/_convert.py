@@ -137,9 +137,8 @@ def _to_tensor(value) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def _check_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bool) -> dict:
-    """Validate names and shapes of ``arrays`` against ``model``; return its state dict."""
-    state_dict = model.state_dict()
+def _check_arrays(state_dict: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray], strict: bool) -> None:
+    """Validate names and shapes of ``arrays`` against a reference state dict (a model's or a PEFT payload)."""
     aliases = tied_keys(state_dict)
     expected = [key for key in state_dict if key not in aliases]
     unknown = sorted(set(arrays) - set(state_dict))
@@ -158,7 +157,19 @@ def _check_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray], strict: bo
             raise ValueError(
                 f"key {key!r} has shape {shape}, expected {tuple(state_dict[key].shape)}"
             )
-    return state_dict
+
+
+def _new_tensors(state_dict: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """New tensors for the keys of ``state_dict`` that ``arrays`` covers, tied aliases filled from their source."""
+    aliases = tied_keys(state_dict)
+    new_state: dict[str, torch.Tensor] = {}
+    for key, reference in state_dict.items():
+        source_key = key if key in arrays else aliases.get(key)
+        if source_key is None or source_key not in arrays:
+            continue
+        value = _to_tensor(arrays[source_key])
+        new_state[key] = value.to(device=reference.device, dtype=reference.dtype, copy=True)
+    return new_state
 
 
 def load_numpy_into_model(
@@ -193,7 +204,8 @@ def load_numpy_into_model(
     >>> layer.weight.tolist()
     [2.0, 3.0]
     """
-    state_dict = _check_arrays(model, arrays, strict)
+    state_dict = model.state_dict()
+    _check_arrays(state_dict, arrays, strict)
     aliases = tied_keys(state_dict)
     # Aliases first, sources last: a source value is never overwritten by its alias.
     order = sorted(arrays, key=lambda key: key not in aliases)
@@ -234,13 +246,6 @@ def numpy_to_state_dict(
     >>> state["weight"].dtype
     torch.float16
     """
-    state_dict = _check_arrays(model, arrays, strict)
-    aliases = tied_keys(state_dict)
-    new_state: dict[str, torch.Tensor] = {}
-    for key, reference in state_dict.items():
-        source_key = key if key in arrays else aliases.get(key)
-        if source_key is None or source_key not in arrays:
-            continue
-        value = _to_tensor(arrays[source_key])
-        new_state[key] = value.to(device=reference.device, dtype=reference.dtype, copy=True)
-    return new_state
+    state_dict = model.state_dict()
+    _check_arrays(state_dict, arrays, strict)
+    return _new_tensors(state_dict, arrays)

@@ -66,17 +66,22 @@ def norm_parameter_names(model: nn.Module, *, trainable_only: bool = True) -> tu
     taken, never buffers such as running statistics. These are the layers
     :math:`\\ell \\in \\mathcal{L}` of the paper's signature, Eq. (FedLNS_sig_layer).
 
+    For a ``peft.PeftModel`` the names are keys of what the client sends,
+    ``get_peft_model_state_dict(model)`` (active adapter), and only the norm parameters
+    that this payload carries count: the ``modules_to_save`` or LN-tuning copies, named
+    as in the payload (``...input_layernorm.weight``), never the frozen originals.
+
     Parameters
     ----------
     model : torch.nn.Module
-        The model whose state-dict keys the names must match.
+        The model whose state-dict keys (or PEFT payload keys) the names must match.
     trainable_only : bool, default True
         Keep only parameters with ``requires_grad=True``.
 
     Returns
     -------
     tuple[str, ...]
-        State-dict keys, in model order. May be empty.
+        State-dict keys (payload keys for a PEFT model), in model order. May be empty.
 
     Examples
     --------
@@ -85,11 +90,17 @@ def norm_parameter_names(model: nn.Module, *, trainable_only: bool = True) -> tu
     >>> norm_parameter_names(block)
     ('1.weight', '1.bias')
     """
-    return tuple(
+    names = tuple(
         name
         for name, parameter in _norm_parameters(model)
         if parameter.requires_grad or not trainable_only
     )
+    from fedlns_torch import _peft  # imports peft only for a model that peft built
+
+    if _peft.is_peft_model(model):
+        payload_keys = _peft.payload_keys_of(model, names)
+        return tuple(payload_keys[name] for name in names if name in payload_keys)
+    return names
 
 
 def norm_selector(model: nn.Module):
@@ -109,7 +120,8 @@ def norm_selector(model: nn.Module):
     Raises
     ------
     FrozenNormError
-        The model has normalization parameters but none is trainable (e.g. LoRA).
+        The model has normalization parameters but none is trainable (e.g. LoRA), or,
+        for a PEFT model, its trainable norms are not part of its payload.
     ValueError
         The model has no normalization layer at all.
 
@@ -125,15 +137,24 @@ def norm_selector(model: nn.Module):
     names = norm_parameter_names(model)
     if names:
         return NormSelector(keys=names)
-    frozen = norm_parameter_names(model, trainable_only=False)
+    trainable = [name for name, parameter in _norm_parameters(model) if parameter.requires_grad]
+    if trainable:  # only a PEFT model gets here: its trainable norms are not in what it sends
+        raise FrozenNormError(
+            f"{len(trainable)} normalization parameters of the PEFT model train (e.g. {trainable[0]!r}) "
+            "but get_peft_model_state_dict leaves them out, so the server never sees them. "
+            "Remedy: fedlns_torch.make_norms_trainable(peft_config, base_model) before get_peft_model "
+            "(it adds the norm modules to modules_to_save)."
+        )
+    frozen = norm_parameter_names(model, trainable_only=False) or tuple(name for name, _ in _norm_parameters(model))
     if frozen:
         modules = sorted({name.rsplit(".", 1)[0].rsplit(".", 1)[-1] for name in frozen})
         raise FrozenNormError(
             f"all {len(frozen)} normalization parameters of {type(model).__name__} are frozen "
             f"(requires_grad=False, e.g. {frozen[0]!r}), as in LoRA fine-tuning, so every "
             "client's normalization signature would be zero and FedLNS cannot screen. "
-            "Remedy: train the norm layers too, e.g. PEFT "
-            f"LoraConfig(modules_to_save={modules!r}) or param.requires_grad_(True) on "
+            "Remedy: train the norm layers too and send them: for PEFT, "
+            "fedlns_torch.make_norms_trainable(peft_config, base_model), i.e. "
+            f"LoraConfig(modules_to_save={modules!r}); otherwise param.requires_grad_(True) on "
             "them; or screen on other trainable parameters with "
             "fedlns_core.NormSelector(keys=[...])."
         )
