@@ -253,8 +253,8 @@ def test_decisions_are_logged_and_the_screener_resumes(tmp_path):
     second.on_before_aggregation(entries)
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert [line["screening"]["round"] for line in lines] == [0, 1]
-    assert sorted(lines[1]["screening"]["rejected"]) == sorted(
-        str(k) for k in client_ids if deviant[k])
+    assert sorted(node for node, _ in lines[1]["screening"]["rejected"]) == sorted(   # [id, reason] pairs
+        k for k in client_ids if deviant[k])
 
 
 def test_constructor_rejects_a_missing_screener_and_fhe():
