@@ -7,11 +7,13 @@ translate those frameworks' objects.
 
 from ._aggregate import AggregationRule, weighted_average
 from ._bank import HistoryBank
+from ._journal import ScreeningJournal
 from ._mixture import MixtureDecision, bic_gmm_retain
 from ._robust import deviation_scores, median_mad, standardize
 from ._screening import FedLNS, ScreeningResult
 from ._signature import NormSelector, extract_signature
-from ._types import ClientId, ParamDict
+from ._settings import PARAMETER_CONSTRAINTS
+from ._types import ClientId, ParamDict, escape_text
 
 __version__ = "0.1.0"
 
@@ -22,10 +24,13 @@ __all__ = [
     "HistoryBank",
     "MixtureDecision",
     "NormSelector",
+    "PARAMETER_CONSTRAINTS",
     "ParamDict",
+    "ScreeningJournal",
     "ScreeningResult",
     "bic_gmm_retain",
     "deviation_scores",
+    "escape_text",
     "extract_signature",
     "median_mad",
     "standardize",

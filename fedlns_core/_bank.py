@@ -2,13 +2,51 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from ._io import read_state, write_state
 from ._robust import median_mad
+from ._settings import validate_settings
 from ._types import ClientId, check_client_id, id_sort_key
+
+_BANK_SETTINGS = ("ema", "max_clients", "random_state")
+
+
+@dataclass
+class Refresh:
+    """A bank refresh (eq. ``bank_refresh``) computed but not applied: :meth:`HistoryBank.commit` applies it.
+
+    Nothing in the bank changes until then, so a round that fails after staging leaves it untouched.
+    """
+
+    keys: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    slots: dict                     # id -> column, after the refresh
+    writes: dict                    # column -> new (D,) values
+    seen: set                       # ids offered, after the refresh (reservoir mode)
+    entropy: object = None          # the unseeded generator after its draws (reservoir, no seed)
+    n_columns: int = 0              # columns in use after the refresh
+    base: np.ndarray = field(default=None, repr=False)   # (D, >= n_columns) columns before
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def columns(self) -> np.ndarray:
+        """The bank's (D, n) signatures after the refresh, as a new array."""
+        out = np.empty((self.base.shape[0], self.n_columns))
+        kept = min(self.n_columns, self.base.shape[1])
+        out[:, :kept] = self.base[:, :kept]
+        for slot, values in self.writes.items():
+            out[:, slot] = values
+        return out
+
+    def reference(self, mad_floor: float) -> tuple[np.ndarray, np.ndarray]:
+        """Median and floored MAD of the refreshed bank (eqs. ``bank_median`` to ``bank_mad``)."""
+        return median_mad(self.columns(), mad_floor, overwrite=True)
 
 
 class HistoryBank:
@@ -55,6 +93,7 @@ class HistoryBank:
         self._shapes: tuple[tuple[int, ...], ...] | None = None
         self._columns = np.empty((0, 0))            # (D, capacity)
         self._slots: dict[ClientId, int] = {}       # id -> column
+        self._by_slot: list[ClientId] = []          # column -> id (reservoir evicts by column: O(1))
         self._seen: set[ClientId] = set()           # distinct ids offered (reservoir mode only)
         self._entropy = None
 
@@ -131,70 +170,97 @@ class HistoryBank:
     def update_flat(self, client_ids: Sequence[ClientId], rows: np.ndarray,
                     keys: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> None:
         """Refresh from already-flattened signatures: ``rows`` is (N, D) in ``keys`` order."""
-        self._check_params()
-        keys, shapes = tuple(keys), tuple(tuple(shape) for shape in shapes)
-        if self._keys is None:
-            self._keys, self._shapes = keys, shapes
-            self._columns = np.empty((rows.shape[1], 0))
-        elif (keys, shapes) != (self._keys, self._shapes):
+        self.commit(self.stage(client_ids, rows, keys, shapes))
+
+    def stage(self, client_ids: Sequence[ClientId], rows: np.ndarray,
+              keys: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Refresh:
+        """Compute the refresh by ``rows`` ((N, D), ``keys`` order) without changing the bank."""
+        settings = self._settings()
+        keys, shapes = tuple(keys), tuple(tuple(int(n) for n in shape) for shape in shapes)
+        width = sum(int(np.prod(shape)) for shape in shapes)
+        if self._keys is not None and (keys, shapes) != (self._keys, self._shapes):
             raise ValueError(f"signature layout {list(zip(keys, shapes))} differs from the bank's "
                              f"{list(zip(self._keys, self._shapes))}")
-        if rows.shape != (len(client_ids), self._columns.shape[0]):
-            raise ValueError(f"rows has shape {rows.shape}, expected {(len(client_ids), self._columns.shape[0])}")
-        order = sorted(range(len(client_ids)), key=lambda i: id_sort_key(client_ids[i]))
-        for index in order:
-            client_id = check_client_id(client_ids[index])
-            slot = self._slots.get(client_id)
+        rows = np.asarray(rows, dtype=np.float64)
+        if rows.shape != (len(client_ids), width):
+            raise ValueError(f"rows has shape {rows.shape}, expected {(len(client_ids), width)}")
+        ids = [check_client_id(client_id) for client_id in client_ids]
+        if len(set(ids)) != len(ids):
+            raise ValueError("client ids must be distinct within one refresh")
+        base = self._columns if self._keys is not None else np.empty((width, 0))
+        refresh = Refresh(keys, shapes, dict(self._slots), {}, set(self._seen),
+                          copy.deepcopy(self._entropy), len(self._slots), base)
+        by_slot = list(self._by_slot)
+        ema, max_clients = settings["ema"], settings["max_clients"]
+        for index in sorted(range(len(ids)), key=lambda i: id_sort_key(ids[i])):
+            client_id = ids[index]
+            slot = refresh.slots.get(client_id)
             if slot is None:
-                slot = self._admit(client_id)
+                slot = self._admit(client_id, refresh, by_slot, max_clients, settings["random_state"])
                 if slot is None:
                     continue
-                self._columns[:, slot] = rows[index]
-            elif self.ema:
-                column = self._columns[:, slot]
-                column *= self.ema
-                column += (1.0 - self.ema) * rows[index]
+                refresh.writes[slot] = rows[index].copy()
+            elif ema:
+                previous = refresh.writes.get(slot, base[:, slot])
+                refresh.writes[slot] = ema * previous + (1.0 - ema) * rows[index]
             else:
-                self._columns[:, slot] = rows[index]
+                refresh.writes[slot] = rows[index].copy()
+        refresh.n_columns = len(refresh.slots)
+        return refresh
 
-    def _admit(self, client_id: ClientId) -> int | None:
-        """Column for a new id, or ``None`` when the reservoir declines it."""
-        if self.max_clients is not None:
-            if client_id in self._seen:
-                return None                     # offered before and declined or evicted
-            self._seen.add(client_id)
-            if len(self._slots) >= self.max_clients:
-                draw = self._draw(len(self._seen))
-                if draw >= self.max_clients:
-                    return None
-                evicted = sorted(self._slots, key=id_sort_key)[draw]
-                slot = self._slots.pop(evicted)
-                self._slots[client_id] = slot
-                return slot
-        slot = len(self._slots)
-        if slot == self._columns.shape[1]:
-            grown = np.empty((self._columns.shape[0], max(8, 2 * slot)))
-            grown[:, :slot] = self._columns
+    def commit(self, refresh: Refresh) -> None:
+        """Apply a refresh made by :meth:`stage` on this bank's current state."""
+        if self._keys is None:
+            self._keys, self._shapes = refresh.keys, refresh.shapes
+            self._columns = np.empty((sum(int(np.prod(shape)) for shape in refresh.shapes), 0))
+        if refresh.n_columns > self._columns.shape[1]:
+            grown = np.empty((self._columns.shape[0], max(8, 2 * self._columns.shape[1], refresh.n_columns)))
+            grown[:, : len(self._slots)] = self._columns[:, : len(self._slots)]
             self._columns = grown
-        self._slots[client_id] = slot
+        for slot, values in refresh.writes.items():
+            self._columns[:, slot] = values
+        self._slots = refresh.slots
+        self._by_slot = [None] * len(refresh.slots)
+        for client_id, slot in refresh.slots.items():
+            self._by_slot[slot] = client_id
+        self._seen = refresh.seen if self.max_clients is not None else set()
+        self._entropy = refresh.entropy
+
+    def _admit(self, client_id: ClientId, refresh: Refresh, by_slot: list, max_clients, random_state) -> int | None:
+        """Column for a new id, or ``None`` when the reservoir declines it (O(1))."""
+        if max_clients is not None:
+            if client_id in refresh.seen:
+                return None                     # offered before and declined or evicted
+            refresh.seen.add(client_id)
+            if len(refresh.slots) >= max_clients:
+                draw = self._draw(len(refresh.seen), refresh, random_state)
+                if draw >= max_clients:
+                    return None
+                evicted = by_slot[draw]         # Algorithm R replaces the draw-th reservoir entry
+                del refresh.slots[evicted]
+                refresh.slots[client_id] = draw
+                by_slot[draw] = client_id
+                return draw
+        slot = len(refresh.slots)
+        refresh.slots[client_id] = slot
+        by_slot.append(client_id)
         return slot
 
-    def _draw(self, n_seen: int) -> int:
+    @staticmethod
+    def _draw(n_seen: int, refresh: Refresh, random_state) -> int:
         # Algorithm R: keep the n-th distinct id with probability max_clients / n.
-        if self.random_state is None:
-            if self._entropy is None:
-                self._entropy = np.random.default_rng()
-            return int(self._entropy.integers(n_seen))
-        seed = np.random.SeedSequence([int(self.random_state), n_seen])
+        if random_state is None:
+            if refresh.entropy is None:
+                refresh.entropy = np.random.default_rng()
+            return int(refresh.entropy.integers(n_seen))
+        seed = np.random.SeedSequence([int(random_state), n_seen])
         return int(np.random.default_rng(seed).integers(n_seen))
 
+    def _settings(self) -> dict:
+        return validate_settings("HistoryBank", {name: getattr(self, name) for name in _BANK_SETTINGS})
+
     def _check_params(self) -> None:
-        if not (isinstance(self.ema, (int, float)) and 0.0 <= self.ema < 1.0):
-            raise ValueError(f"ema must be in [0, 1), got {self.ema!r}")
-        if self.max_clients is not None and not (isinstance(self.max_clients, int) and self.max_clients >= 1):
-            raise ValueError(f"max_clients must be a positive int or None, got {self.max_clients!r}")
-        if self.random_state is not None and not isinstance(self.random_state, int):
-            raise TypeError(f"random_state must be an int or None, got {type(self.random_state).__name__}")
+        self._settings()
 
     def _unflatten(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         out, offset = {}, 0
@@ -206,39 +272,58 @@ class HistoryBank:
 
     # ------------------------------------------------------------------------------------- persistence
     def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        ids = sorted(self._slots, key=id_sort_key)
+        # Ids in column order, so that a loaded bank evicts exactly as this one would.
+        ids = list(self._by_slot)
         header = {
-            "ema": self.ema, "max_clients": self.max_clients, "random_state": self.random_state,
+            **self._settings(),
             "keys": None if self._keys is None else list(self._keys),
             "shapes": None if self._shapes is None else [list(shape) for shape in self._shapes],
             "ids": ids, "seen": sorted(self._seen, key=id_sort_key),
         }
-        columns = self._columns[:, [self._slots[client_id] for client_id in ids]]
-        return header, {"bank_columns": columns}
+        return header, {"bank_columns": self._columns[:, : len(ids)]}
+
+    @staticmethod
+    def _expected_arrays(header) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The one array a bank header announces, with its shape: read nothing else (see ``read_state``)."""
+        if not isinstance(header, Mapping):
+            raise ValueError("bank header is not an object")
+        keys, shapes, ids = header.get("keys"), header.get("shapes"), header.get("ids")
+        if not isinstance(ids, list):
+            raise ValueError("bank ids must be a list")
+        if keys is None:
+            return {"bank_columns": ((0, 0), np.dtype(np.float64))} if not ids else _raise("ids without a layout")
+        if not (isinstance(keys, list) and isinstance(shapes, list) and len(keys) == len(shapes)
+                and all(isinstance(key, str) for key in keys)
+                and all(isinstance(shape, list) and all(_count_like(n) for n in shape) for shape in shapes)):
+            raise ValueError("bank keys and shapes must be lists of equal length (str; lists of ints >= 0)")
+        width = sum(int(np.prod(shape, dtype=object)) for shape in shapes)
+        return {"bank_columns": ((width, len(ids)), np.dtype(np.float64))}
 
     @classmethod
     def _from_state(cls, header: dict, arrays: dict[str, np.ndarray], source) -> "HistoryBank":
         try:
-            bank = cls(ema=header["ema"], max_clients=header["max_clients"], random_state=header["random_state"])
-            bank._check_params()
+            settings = validate_settings("history-bank state",
+                                         {name: header[name] for name in _BANK_SETTINGS})
+            bank = cls(**settings)
             ids = [check_client_id(client_id) for client_id in header["ids"]]
-            columns = np.asarray(arrays["bank_columns"], dtype=np.float64)
+            columns = arrays["bank_columns"]
             if header["keys"] is not None:
                 bank._keys = tuple(header["keys"])
                 bank._shapes = tuple(tuple(int(n) for n in shape) for shape in header["shapes"])
-                width = sum(int(np.prod(shape)) for shape in bank._shapes)
-                if columns.shape != (width, len(ids)) or len(bank._keys) != len(bank._shapes):
-                    raise ValueError(f"bank array has shape {columns.shape}, expected {(width, len(ids))}")
                 if not np.isfinite(columns).all():
                     raise ValueError("bank array has non-finite values")
-                bank._columns = np.array(columns, order="C")
-            elif ids:
-                raise ValueError("bank has ids but no signature layout")
+                bank._columns = np.array(columns, dtype=np.float64, order="C")
             bank._slots = {client_id: slot for slot, client_id in enumerate(ids)}
+            bank._by_slot = ids
             if len(bank._slots) != len(ids):
                 raise ValueError("duplicate client ids")
+            if not isinstance(header["seen"], list):
+                raise ValueError("seen must be a list")
             bank._seen = {check_client_id(client_id) for client_id in header["seen"]}
-        except (KeyError, TypeError, ValueError) as error:
+            if settings["max_clients"] is not None and (len(ids) > settings["max_clients"]
+                                                        or not bank._seen >= set(ids)):
+                raise ValueError("reservoir holds more ids than max_clients, or ids it never saw")
+        except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise ValueError(f"{source}: invalid history-bank state ({error})") from error
         return bank
 
@@ -250,9 +335,17 @@ class HistoryBank:
     @classmethod
     def load(cls, path) -> "HistoryBank":
         """Read a bank written by :meth:`save`; ``ValueError`` for a corrupt or foreign file."""
-        header, arrays = read_state(path, "history-bank")
-        return cls._from_state(header.get("bank", {}), arrays, path)
+        header, arrays = read_state(path, "history-bank", lambda h: cls._expected_arrays(h.get("bank")))
+        return cls._from_state(header["bank"], arrays, path)
 
     def __repr__(self) -> str:
         return (f"HistoryBank(clients={len(self)}, n_features={self.n_features}, ema={self.ema}, "
                 f"max_clients={self.max_clients})")
+
+
+def _count_like(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _raise(message: str):
+    raise ValueError(message)

@@ -84,6 +84,8 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
     n_clients = features.shape[0]
     if n_clients == 0:
         raise ValueError("bic_gmm_retain needs at least one client")
+    if not np.isfinite(features).all() or not np.isfinite(scores).all():
+        raise ValueError("bic_gmm_retain needs finite features and scores")
     if n_clients == 1:                      # scikit-learn fits nothing to one sample: keep the client
         return MixtureDecision(1, {}, np.zeros(1, dtype=int), None, False)
     all_identical = bool((features == features[0]).all())
@@ -91,10 +93,15 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
     bic: dict[int, float] = {}
     if components == "bic":
         bic[1] = float(fit_mixture(features, 1, n_init=1, **fit).bic(features))
+        if not np.isfinite(bic[1]):
+            raise ValueError(f"the one-component BIC is not finite ({bic[1]}); refusing to decide")
     if all_identical:
         return MixtureDecision(1, bic, np.zeros(n_clients, dtype=int), None, False)
     two = fit_mixture(features, 2, n_init=n_init, **fit)
     bic[2] = float(two.bic(features))
+    if not all(np.isfinite(value) for value in bic.values()):
+        # Fail closed: a NaN comparison would keep one component, i.e. everyone.
+        raise ValueError(f"the mixture's BIC is not finite ({bic}); refusing to decide")
     if components == "bic" and bic[1] <= bic[2]:
         return MixtureDecision(1, bic, np.zeros(n_clients, dtype=int), None, False)
 

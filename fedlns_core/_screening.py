@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -12,12 +12,11 @@ from ._aggregate import AggregationRule, apply_rule, normalized_weights, weighte
 from ._bank import HistoryBank
 from ._io import read_state, write_state
 from ._mixture import bic_gmm_retain
-from ._robust import deviation_scores, standardize
+from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
+from ._settings import PARAMETER_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, flat_signature
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
-                     count_problem, id_sort_key)
-
-_WARMUPS = ("hold", "aggregate")
+                     escape_text, id_sort_key, read_count)
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,12 @@ class ScreeningResult:
     weights : dict of client id to float
         Aggregation coefficient alpha of each retained client (eq. ``weight``); sums to one.
     num_examples : dict of client id to float
-        Example count of each retained client, as given.
+        Example count of each retained client as used for its weight: as given, or capped at
+        ``max_count_ratio`` times the median count of the retained clients.
     signature_keys : tuple of str
         The parameters that formed the signature.
+    capped_counts : dict of client id to float
+        The count each retained client gave, for those whose count was capped.
     """
 
     round: int
@@ -66,6 +68,7 @@ class ScreeningResult:
     weights: dict[ClientId, float] = field(default_factory=dict)
     num_examples: dict[ClientId, float] = field(default_factory=dict)
     signature_keys: tuple[str, ...] = ()
+    capped_counts: dict[ClientId, float] = field(default_factory=dict)
 
     def aggregate(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
                   rule: AggregationRule | None = None) -> dict[str, np.ndarray]:
@@ -83,7 +86,7 @@ class ScreeningResult:
         if absent:
             raise ValueError(f"client {absent[0]!r} was retained but is missing from client_params")
         if rule is None:
-            return weighted_average(global_params, client_params, self.weights)
+            return weighted_average(global_params, client_params, self.num_examples)
         return apply_rule(check_global_params(global_params), client_params, self.num_examples, rule)
 
     def explain(self) -> str:
@@ -93,23 +96,31 @@ class ScreeningResult:
         if self.n_components is not None:
             bic = ", ".join(f"BIC({c})={value:.6g}" for c, value in sorted((self.bic or {}).items()))
             lines.append(f"  mixture: {self.n_components} component(s) [{bic}]")
-        lines.append(f"  retained ({len(self.retained)}): {', '.join(map(str, self.retained)) or '-'}")
+        retained = ", ".join(_shown(client_id) for client_id in self.retained)
+        lines.append(f"  retained ({len(self.retained)}): {retained or '-'}")
         for client_id, reason in self.rejected.items():
             score = f" delta={self.scores[client_id]:.3g}" if client_id in self.scores else ""
-            lines.append(f"  rejected {client_id}:{score} {reason}")
+            lines.append(f"  rejected {_shown(client_id)}:{score} {escape_text(reason, 400)}")
+        for client_id, given in self.capped_counts.items():
+            lines.append(f"  capped count of {_shown(client_id)}: {given:.6g} -> {self.num_examples[client_id]:.6g}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form; per-client maps are keyed by ``str(client_id)``."""
-        def keyed(mapping):
-            return None if mapping is None else {str(client_id): value for client_id, value in mapping.items()}
+        """Strict-JSON form (``json.dumps(..., allow_nan=False)`` accepts it).
+
+        Per-client maps become lists of ``[client_id, value]`` pairs, each id keeping its JSON type
+        (``1`` and ``"1"`` stay two clients); a non-finite number is written as ``null``.
+        """
+        def pairs(mapping):
+            return None if mapping is None else [[client_id, _plain(value)] for client_id, value in mapping.items()]
         return {
             "round": self.round, "active": self.active, "bank_size": self.bank_size,
-            "retained": list(self.retained), "rejected": keyed(self.rejected),
-            "scores": keyed(self.scores), "n_components": self.n_components,
-            "bic": None if self.bic is None else {str(c): value for c, value in self.bic.items()},
-            "labels": keyed(self.labels), "weights": keyed(self.weights),
-            "num_examples": keyed(self.num_examples), "signature_keys": list(self.signature_keys),
+            "retained": list(self.retained), "rejected": pairs(self.rejected),
+            "scores": pairs(self.scores), "n_components": self.n_components,
+            "bic": None if self.bic is None else {str(c): _plain(value) for c, value in self.bic.items()},
+            "labels": pairs(self.labels), "weights": pairs(self.weights),
+            "num_examples": pairs(self.num_examples), "capped_counts": pairs(self.capped_counts),
+            "signature_keys": list(self.signature_keys),
         }
 
 
@@ -143,9 +154,13 @@ class FedLNS:
     warmup : {"hold", "aggregate"}, default="hold"
         Below the threshold, ``"hold"`` retains nobody and leaves the global model unchanged (eq.
         ``skip_update``, the paper); ``"aggregate"`` averages every valid client.
+    max_count_ratio : float >= 1 or None, default=10.0
+        Cap on a retained client's example count: at most this many times the median count of the
+        round's retained clients (None: no cap). Counts within the cap give the paper's weights
+        (eq. ``weight``) unchanged; a larger claim is weighted as the cap.
     max_clients : int, optional
         Bound the bank to a uniform reservoir of this many ids (see :class:`HistoryBank`).
-    random_state : int, optional
+    random_state : int >= 0, optional
         Seed for the mixtures (and the reservoir). Round ``t`` uses a seed derived from
         ``(random_state, t)``, so decisions are reproducible and survive save/load.
 
@@ -154,6 +169,12 @@ class FedLNS:
     Decisions do not depend on the order of clients or of parameter keys: both are put into a canonical
     order (ids: ints then strs, ascending; keys: sorted) before any computation. Medians use numpy's
     convention (mean of the two middle values for an even count).
+
+    :meth:`screen` is transactional and fails closed: every check and every computation that can fail
+    runs before the bank or the round counter changes. A client whose input is unusable (see
+    ``docs/api.md``: dtype, shape, range, count) or whose standardized signature exceeds
+    ``MAX_DEVIATION`` (2**26 robust units, where its squares would swamp everyone else's in float64)
+    is rejected as ``"invalid: ..."``, is never banked, and the round is decided exactly as without it.
 
     Examples
     --------
@@ -175,7 +196,8 @@ class FedLNS:
     def __init__(self, *, selector: NormSelector | None = None, activation_threshold: int = 100,
                  mad_floor: float = 1e-6, components: str = "bic", reg_covar: float = 1e-4,
                  n_init: int = 5, max_iter: int = 200, ema: float = 0.0, warmup: str = "hold",
-                 max_clients: int | None = None, random_state: int | None = None):
+                 max_count_ratio: float | None = 10.0, max_clients: int | None = None,
+                 random_state: int | None = None):
         self.selector = selector
         self.activation_threshold = activation_threshold
         self.mad_floor = mad_floor
@@ -185,6 +207,7 @@ class FedLNS:
         self.max_iter = max_iter
         self.ema = ema
         self.warmup = warmup
+        self.max_count_ratio = max_count_ratio
         self.max_clients = max_clients
         self.random_state = random_state
         self.round_ = 0
@@ -220,71 +243,118 @@ class FedLNS:
         ------
         TypeError, ValueError
             For caller errors: non-finite or malformed ``global_params``, a selector matching no key, an
-            unsupported id type, invalid settings. Bad *client* input is never raised: the client is
-            rejected with an ``"invalid: ..."`` reason and the round goes on.
+            unsupported id type, invalid settings; and ``ValueError`` when the round cannot be screened
+            (the mixture could not be fitted). Nothing has changed then: not the bank, not the round
+            counter. Bad *client* input is never raised: the client is rejected with an
+            ``"invalid: ..."`` reason and the round goes on.
         """
-        self._check_params()
+        settings = self.validate_params()
         if not isinstance(client_params, Mapping) or not isinstance(num_examples, Mapping):
             raise TypeError("client_params and num_examples must be mappings keyed by client id")
         global_params = check_global_params(global_params)
-        selector = self.selector if self.selector is not None else NormSelector()
+        selector = settings["selector"] if settings["selector"] is not None else NormSelector()
         keys = tuple(sorted(selector.select(global_params)))
         participants = {check_client_id(client_id): None for client_id in client_params}
         participants.update({check_client_id(client_id): None for client_id in num_examples})
 
+        # 1. Each client on its own: input usable (dtype, shape, range, count)? Arrays are read once.
         rejected: dict[ClientId, str] = {}
-        valid: list[ClientId] = []
+        arrays: dict[ClientId, dict[str, np.ndarray]] = {}
+        counts: dict[ClientId, float] = {}
         for client_id in participants:
             if client_id not in client_params:
                 problem = "num_examples given but no model"
             elif client_id not in num_examples:
                 problem = "no num_examples for this client"
             else:
-                problem = count_problem(num_examples[client_id]) or client_problem(
-                    client_params[client_id], global_params)
+                counts[client_id], problem = read_count(num_examples[client_id])
+                if not problem:
+                    problem, arrays[client_id] = client_problem(client_params[client_id], global_params)
             if problem:
                 rejected[client_id] = f"invalid: {problem}"
-            else:
-                valid.append(client_id)
+        valid = [client_id for client_id in participants if client_id not in rejected]
 
-        canonical = sorted(valid, key=id_sort_key)                       # order-independent decisions
-        signatures = np.empty((len(canonical), sum(global_params[key].size for key in keys)))
-        for row, client_id in zip(signatures, canonical):                 # (N, D), eq. sig_layer
-            row[:] = flat_signature(global_params, client_params[client_id], keys)
-        self.bank.update_flat(canonical, signatures, keys, [global_params[key].shape for key in keys])
+        # 2. Signatures (eq. sig_layer), (N, D) float64, in canonical id order.
+        canonical = sorted(valid, key=id_sort_key)
+        shapes = [global_params[key].shape for key in keys]
+        with np.errstate(over="ignore", invalid="ignore"):
+            signatures = np.empty((len(canonical), sum(int(np.prod(shape)) for shape in shapes)))
+            for row, client_id in zip(signatures, canonical):
+                row[:] = flat_signature(global_params, arrays[client_id], keys)
+        finite = np.isfinite(signatures).all(axis=1)
+        for client_id in (c for c, ok in zip(canonical, finite) if not ok):
+            rejected[client_id] = "invalid: signature overflows float64"
+        canonical, signatures = [c for c, ok in zip(canonical, finite) if ok], signatures[finite]
 
-        round_index, self.round_ = self.round_, self.round_ + 1
-        common = dict(round=round_index, bank_size=len(self.bank), signature_keys=keys)
-        counts = {client_id: float(num_examples[client_id]) for client_id in valid}
-        if len(self.bank) < self.activation_threshold:
-            retained = tuple(valid) if self.warmup == "aggregate" else ()
-            return ScreeningResult(active=False, retained=retained, rejected=rejected,
-                                   weights=self._weights(retained, counts),
-                                   num_examples={c: counts[c] for c in retained}, **common)
-        if not canonical:
-            return ScreeningResult(active=True, retained=(), rejected=rejected, **common)
+        # 3. The bank refresh (eq. bank_refresh) staged, not applied; clients beyond MAX_DEVIATION
+        #    against the refreshed reference are rejected and the refresh is redone without them, so
+        #    the round is decided exactly as if they had not taken part.
+        while True:
+            refresh = self.bank.stage(canonical, signatures, keys, shapes)
+            if not len(refresh):
+                features = np.empty_like(signatures)
+                break
+            median, mad = refresh.reference(settings["mad_floor"])      # eqs. bank_median-bank_mad
+            features = standardize(signatures, median, mad)                # (N, D), eq. z_full
+            largest = largest_deviations(features)
+            beyond = ~(largest <= MAX_DEVIATION)
+            if not beyond.any():
+                break
+            for client_id, value in zip(canonical, largest):
+                if not value <= MAX_DEVIATION:
+                    rejected[client_id] = (f"invalid: standardized deviation {value:.3g} exceeds 2**26 robust "
+                                           "units (float64 cannot screen it beside the others)")
+            keep = ~beyond
+            canonical, signatures = [c for c, ok in zip(canonical, keep) if ok], signatures[keep]
 
-        median, mad = self.bank.reference_flat(self.mad_floor)
-        features = standardize(signatures, median, mad)                   # (N, D), eq. z_full
-        scores = deviation_scores(features)                               # (N,), eq. client_score
-        decision = bic_gmm_retain(features, scores, components=self.components, reg_covar=self.reg_covar,
-                                  n_init=self.n_init, max_iter=self.max_iter,
-                                  random_state=self._round_seed(round_index))
-        label_of = dict(zip(canonical, decision.labels.tolist()))
-        retained = tuple(client_id for client_id in valid if label_of[client_id] == 0)
-        for client_id in valid:
-            if label_of[client_id] != 0:
-                rejected[client_id] = self._screened_reason(decision)
-        return ScreeningResult(
-            active=True, retained=retained, rejected=rejected,
-            scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
-            n_components=decision.n_components, bic=decision.bic or None,
-            labels={client_id: label_of[client_id] for client_id in valid},
-            weights=self._weights(retained, counts), num_examples={c: counts[c] for c in retained}, **common)
+        round_index = self.round_
+        screened = set(canonical)
+        valid = [client_id for client_id in valid if client_id in screened]
+        common = dict(round=round_index, bank_size=len(refresh), signature_keys=keys)
+        if len(refresh) < settings["activation_threshold"]:
+            retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
+            result = ScreeningResult(active=False, retained=retained, rejected=rejected,
+                                     **self._weighting(retained, counts, settings["max_count_ratio"]), **common)
+        elif not canonical:
+            result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
+        else:
+            # 4. Scores (eq. client_score) and the mixture (Algorithm BICGMMRetain).
+            scores = deviation_scores(features)                               # (N,)
+            try:
+                decision = bic_gmm_retain(features, scores, components=settings["components"],
+                                          reg_covar=settings["reg_covar"], n_init=settings["n_init"],
+                                          max_iter=settings["max_iter"], random_state=self._round_seed(round_index))
+            except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
+                raise ValueError(f"round {round_index} cannot be screened, nothing was changed: {error}") from error
+            label_of = dict(zip(canonical, decision.labels.tolist()))
+            retained = tuple(client_id for client_id in valid if label_of[client_id] == 0)
+            for client_id in valid:
+                if label_of[client_id] != 0:
+                    rejected[client_id] = self._screened_reason(decision)
+            result = ScreeningResult(
+                active=True, retained=retained, rejected=rejected,
+                scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
+                n_components=decision.n_components, bic=decision.bic or None,
+                labels={client_id: label_of[client_id] for client_id in valid},
+                **self._weighting(retained, counts, settings["max_count_ratio"]), **common)
+
+        # 5. Commit: nothing above changed any state.
+        self.bank.commit(refresh)
+        self.round_ = round_index + 1
+        return result
 
     @staticmethod
-    def _weights(retained, counts) -> dict[ClientId, float]:
-        return normalized_weights({client_id: counts[client_id] for client_id in retained}) if retained else {}
+    def _weighting(retained, counts, max_count_ratio) -> dict[str, dict]:
+        """Weights alpha (eq. weight) of the retained clients, counts capped at ratio x their median."""
+        if not retained:
+            return {}
+        given = {client_id: counts[client_id] for client_id in retained}
+        used = dict(given)
+        if max_count_ratio is not None:
+            cap = max_count_ratio * float(np.median(list(given.values())))
+            used = {client_id: min(count, cap) for client_id, count in given.items()}
+        return {"weights": normalized_weights(used), "num_examples": used,
+                "capped_counts": {c: given[c] for c in retained if used[c] != given[c]}}
 
     @staticmethod
     def _screened_reason(decision) -> str:
@@ -298,67 +368,66 @@ class FedLNS:
             return None
         return int(np.random.SeedSequence([self.random_state, round_index]).generate_state(1)[0])
 
-    def _check_params(self) -> None:
-        def integer(value):
-            return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-        if self.selector is not None and not isinstance(self.selector, NormSelector):
-            raise TypeError(f"selector must be a NormSelector, got {type(self.selector).__name__}")
-        if not integer(self.activation_threshold) or self.activation_threshold < 0:
-            raise ValueError(f"activation_threshold must be an int >= 0, got {self.activation_threshold!r}")
-        if not (isinstance(self.mad_floor, (int, float)) and np.isfinite(self.mad_floor) and self.mad_floor > 0):
-            raise ValueError(f"mad_floor must be a positive finite number, got {self.mad_floor!r}")
-        if self.components not in ("bic", "two"):
-            raise ValueError(f"components must be 'bic' or 'two', got {self.components!r}")
-        if not (isinstance(self.reg_covar, (int, float)) and self.reg_covar >= 0):
-            raise ValueError(f"reg_covar must be a number >= 0, got {self.reg_covar!r}")
-        for name in ("n_init", "max_iter"):
-            value = getattr(self, name)
-            if not integer(value) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if self.warmup not in _WARMUPS:
-            raise ValueError(f"warmup must be one of {_WARMUPS}, got {self.warmup!r}")
-        if self.random_state is not None and not integer(self.random_state):
-            raise TypeError(f"random_state must be an int or None, got {type(self.random_state).__name__}")
-        if self.max_clients is not None and integer(self.max_clients) \
-                and self.max_clients < self.activation_threshold:
-            raise ValueError(f"max_clients={self.max_clients} is below activation_threshold="
-                             f"{self.activation_threshold}: screening could never start")
+    def validate_params(self) -> dict[str, Any]:
+        """Check the settings (one table: ``PARAMETER_CONSTRAINTS``) and return them as plain values.
+
+        ``ValueError`` names the first bad setting. numpy scalars count as their Python types.
+        """
+        settings = validate_settings("FedLNS", {name: getattr(self, name) for name in PARAMETER_CONSTRAINTS})
+        if settings["max_clients"] is not None and settings["max_clients"] < settings["activation_threshold"]:
+            raise ValueError(f"max_clients={settings['max_clients']} is below activation_threshold="
+                             f"{settings['activation_threshold']}: screening could never start")
         bank = self.bank
-        bank.ema, bank.max_clients, bank.random_state = self.ema, self.max_clients, self.random_state
-        bank._check_params()
+        bank.ema, bank.max_clients, bank.random_state = (settings["ema"], settings["max_clients"],
+                                                         settings["random_state"])
+        return settings
+
+    _check_params = validate_params
 
     # ------------------------------------------------------------------------------------- persistence
     def get_params(self) -> dict[str, Any]:
         """The constructor settings (the selector as a plain dict)."""
-        return {
-            "selector": None if self.selector is None else self.selector.to_config(),
-            "activation_threshold": self.activation_threshold, "mad_floor": self.mad_floor,
-            "components": self.components, "reg_covar": self.reg_covar, "n_init": self.n_init,
-            "max_iter": self.max_iter, "ema": self.ema, "warmup": self.warmup,
-            "max_clients": self.max_clients, "random_state": self.random_state,
-        }
+        params = {name: getattr(self, name) for name in PARAMETER_CONSTRAINTS}
+        params["selector"] = None if self.selector is None else self.selector.to_config()
+        return params
 
     def save(self, path) -> None:
         """Write settings, history bank and round counter to ``path`` (``.npz``; atomic; no pickle)."""
-        self._check_params()
+        settings = self.validate_params()
+        settings["selector"] = None if settings["selector"] is None else settings["selector"].to_config()
         bank_header, arrays = self.bank._state()
-        params = json.loads(json.dumps(self.get_params(), default=_plain))
-        write_state(path, "screener", {"params": params, "round": self.round_, "bank": bank_header}, arrays)
+        write_state(path, "screener", {"params": settings, "round": self.round_, "bank": bank_header}, arrays)
 
     @classmethod
     def load(cls, path) -> "FedLNS":
-        """Read a screener written by :meth:`save`; ``ValueError`` for a corrupt or foreign file."""
-        header, arrays = read_state(path, "screener")
+        """Read a screener written by :meth:`save`; ``ValueError`` (only) for a corrupt or foreign file.
+
+        Settings are checked against the same table as the constructor's; the round must be an int >= 0.
+        A file written before ``max_count_ratio`` existed gets its default.
+        """
+        header, arrays = read_state(path, "screener",
+                                    lambda h: HistoryBank._expected_arrays(h.get("bank") if isinstance(h, dict) else None))
         try:
-            params = dict(header["params"])
-            if params["selector"] is not None:
-                params["selector"] = NormSelector(**params["selector"])
+            params = header["params"]
+            if not isinstance(params, dict):
+                raise ValueError("params is not an object")
+            params = dict(params)
+            if params.get("selector") is not None:
+                params["selector"] = _selector_from_config(params["selector"])
+            params = validate_settings("screener state", params)
             screener = cls(**params)
-            screener._check_params()
-            screener.round_ = int(header["round"])
-        except (KeyError, TypeError, ValueError) as error:
+            screener.validate_params()
+            round_index = header["round"]
+            if not isinstance(round_index, int) or isinstance(round_index, bool) or round_index < 0:
+                raise ValueError(f"round must be an int >= 0, got {escape_text(repr(round_index), 40)}")
+            screener.round_ = round_index
+            bank = HistoryBank._from_state(header["bank"], arrays, path)
+            if (bank.ema, bank.max_clients, bank.random_state) != (screener.ema, screener.max_clients,
+                                                                    screener.random_state):
+                raise ValueError("the bank's settings differ from the screener's")
+        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as error:
             raise ValueError(f"{path}: invalid screener state ({error})") from error
-        screener._bank = HistoryBank._from_state(header["bank"], arrays, path)
+        screener._bank = bank
         return screener
 
     def __repr__(self) -> str:
@@ -368,9 +437,29 @@ class FedLNS:
 
 
 def _plain(value):
+    """A JSON-safe number: numpy scalars as Python ones, non-finite floats as None."""
     if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"cannot save setting of type {type(value).__name__}")
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _shown(client_id) -> str:
+    return escape_text(str(client_id), 80)
+
+
+def _selector_from_config(config) -> NormSelector:
+    """A NormSelector from :meth:`NormSelector.to_config` output, checked field by field."""
+    if not isinstance(config, dict) or set(config) != {"rule", "patterns", "keys"}:
+        raise ValueError("selector must be an object with rule, patterns and keys")
+    for name in ("patterns", "keys"):
+        value = config[name]
+        if value is not None and not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            raise ValueError(f"selector {name} must be a list of str or null")
+    if not isinstance(config["rule"], str):
+        raise ValueError("selector rule must be a str")
+    return NormSelector(**config)
 
 
 _DEFAULTS = FedLNS().get_params()

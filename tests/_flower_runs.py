@@ -131,7 +131,7 @@ def assert_attackers_rejected(log_path: Path, record_dir: Path, *, num_attackers
     active = [entry["screening"] for entry in rounds if entry["screening"] and entry["screening"]["active"]]
     assert active, f"no active screening round in {rounds}"
     for screening in active:
-        rejected = {int(node): reason for node, reason in screening["rejected"].items()}
+        rejected = {node: reason for node, reason in screening["rejected"]}   # [id, reason] pairs
         assert set(rejected) == attackers, screening
         assert all(reason.startswith("screened:") for reason in rejected.values()), rejected
         assert {int(node) for node in screening["retained"]} == benign, screening

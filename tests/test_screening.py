@@ -89,7 +89,7 @@ def test_bank_is_refreshed_before_screening_and_activation_counts_distinct_ids()
     (lambda m: m.__setitem__("extra.weight", np.zeros(2)), "invalid: unexpected key 'extra.weight'"),
     (lambda m: m.__setitem__("h.0.ln_1.bias", np.zeros(8)),
      "invalid: key 'h.0.ln_1.bias' has shape (8,), expected (16,)"),
-    (lambda m: m.__setitem__("h.0.ln_1.bias", np.array(["a"] * 16)), "invalid: key 'h.0.ln_1.bias' has non-numeric"),
+    (lambda m: m.__setitem__("h.0.ln_1.bias", np.array(["a"] * 16)), "invalid: key 'h.0.ln_1.bias' has unsupported dtype"),
 ])
 def test_bad_client_is_rejected_with_reason_and_never_banked(mutate, reason):
     g = make_global()

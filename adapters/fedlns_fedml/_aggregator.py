@@ -8,14 +8,13 @@ import numbers
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 from fedml.core import Context
 from fedml.ml.aggregator.default_aggregator import DefaultServerAggregator
 
-from fedlns_core import ClientId, FedLNS, ScreeningResult
+from fedlns_core import ClientId, FedLNS, ScreeningJournal, ScreeningResult, escape_text
 from fedlns_fedml._convert import EntryError, snapshot, to_numpy, to_state_dict
 
 logger = logging.getLogger("fedlns_fedml")
@@ -31,29 +30,37 @@ class RoundRecord:
         Identity of each entry of the list FedML passed in, by list position.
     kept_positions : tuple of int
         Positions (in that list) of the retained entries, as returned to FedML.
-    screening : fedlns_core.ScreeningResult
-        The core's decision for the entries that could be read.
+    screening : fedlns_core.ScreeningResult or None
+        The core's decision for the entries that could be read; None when the round could not be
+        screened (then nothing is kept and ``error`` says why).
     unreadable : dict of client id to str
         Entries the adapter could not even convert (never shown to the core), with reasons.
+    error : str or None
+        Why the round could not be screened, if it could not.
+    round : int
+        The screener's round index.
     """
 
     client_ids: tuple[ClientId, ...]
     kept_positions: tuple[int, ...]
-    screening: ScreeningResult
+    screening: ScreeningResult | None
     unreadable: dict[ClientId, str]
+    error: str | None = None
+    round: int = 0
 
     @property
     def rejected(self) -> dict[ClientId, str]:
         """Every rejected client with its reason: unreadable ones and the core's rejections."""
-        return {**self.unreadable, **self.screening.rejected}
+        return {**self.unreadable, **(self.screening.rejected if self.screening else {})}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form (one line of the decision log)."""
+        """Strict-JSON form (one line of the decision log); per-client maps as ``[id, value]`` pairs."""
         return {
             "client_ids": list(self.client_ids),
             "kept_positions": list(self.kept_positions),
-            "unreadable": {str(client_id): reason for client_id, reason in self.unreadable.items()},
-            "screening": self.screening.to_dict(),
+            "unreadable": [[client_id, reason] for client_id, reason in self.unreadable.items()],
+            "screening": None if self.screening is None else self.screening.to_dict(),
+            "error": self.error,
         }
 
 
@@ -135,10 +142,13 @@ class FedLNSAggregatorMixin:
     since they would put different clients under one bank entry.
 
     **Bad entries.** An entry that is not a ``(sample_num, state_dict)`` pair, or whose
-    values are not real tensors/arrays, is rejected by the adapter with an
-    ``"invalid: ..."`` reason; NaN/inf values, missing or extra keys, wrong shapes and
-    non-positive or non-finite sample counts are rejected by the core. Rejected entries
-    never enter the bank or the aggregate, and the round goes on.
+    values are not real tensors/arrays (or fail to convert in any way), is rejected by the
+    adapter with an ``"invalid: ..."`` reason; NaN/inf or out-of-range values, missing or
+    extra keys, wrong shapes, extreme deviations and unusable sample counts are rejected
+    by the core (see ``docs/api.md``). Rejected entries never enter the bank or the
+    aggregate, and the round goes on. A round that cannot be screened at all keeps the
+    global model (nothing retained, the error logged and recorded); the screener is then
+    unchanged.
 
     Not supported: FedML's homomorphic encryption (``enable_fhe``), whose encrypted
     models cannot be screened, and aggregators that return per-client model dicts.
@@ -151,12 +161,16 @@ class FedLNSAggregatorMixin:
         super().__init__(model, args, **kwargs)
         if not isinstance(screener, FedLNS):
             raise TypeError(f"screener must be a fedlns_core.FedLNS, got {type(screener).__name__}")
+        screener.validate_params()
+        if rule is not None and not callable(rule):
+            raise TypeError(f"rule must be callable or None, got {type(rule).__name__}")
         if getattr(args, "enable_fhe", False):
             raise ValueError("FedLNS cannot screen homomorphically encrypted models (args.enable_fhe)")
-        if state_path is not None and Path(state_path).exists():
-            screener = FedLNS.load(state_path)
-            logger.info("FedLNS: resumed screener from %s (round %d)", state_path, screener.round_)
-        self.screener = screener
+        self.journal = ScreeningJournal(state_path=state_path, log_path=log_path)
+        resumed = self.journal.resume(screener)
+        if resumed is not screener:
+            logger.info("FedLNS: resumed screener from %s (round %d)", state_path, resumed.round_)
+        self.screener = resumed
         self.rule = rule
         self.state_path = state_path
         self.log_path = log_path
@@ -209,8 +223,10 @@ class FedLNSAggregatorMixin:
             # Screening again would count the round twice in the bank; refuse instead.
             raise RuntimeError(
                 "aggregate() got a different list from the one on_before_aggregation() returned "
-                f"for round {pending.record.screening.round}; pass the returned list unchanged")
+                f"for round {pending.record.round}; pass the returned list unchanged")
         result = pending.record.screening
+        if result is None:                      # the round could not be screened: keep w_t
+            return snapshot(self._global_state)
         new_global = to_state_dict(
             result.aggregate(pending.global_arrays, pending.client_arrays, rule=self.rule), self._global_state)
         # The result is the next broadcast w_{t+1}. The cross-device server sends it without
@@ -254,25 +270,32 @@ class FedLNSAggregatorMixin:
                 counts[client_id] = sample_num
             except EntryError as error:
                 unreadable[client_id] = f"invalid: {error}"
-        result = self.screener.screen(global_arrays, client_arrays, counts)
-        record = RoundRecord(client_ids=tuple(all_ids),
-                             kept_positions=tuple(position_of[c] for c in result.retained),
-                             screening=result, unreadable=unreadable)
+            except Exception as error:  # noqa: BLE001 - one entry never stops the round
+                unreadable[client_id] = (f"invalid: entry cannot be converted "
+                                         f"({type(error).__name__}: {escape_text(str(error), 200)})")
+        round_index = self.screener.round_
+        try:
+            result, error = self.screener.screen(global_arrays, client_arrays, counts), None
+        except ValueError as failure:           # screen() changed nothing: hold this round
+            result, error = None, str(failure)
+        kept = () if result is None else tuple(position_of[c] for c in result.retained)
+        record = RoundRecord(client_ids=tuple(all_ids), kept_positions=kept, screening=result,
+                             unreadable=unreadable, error=error, round=round_index)
         self._record(record)
         return _Pending(record, global_arrays, client_arrays, handed_out=())
 
     def _record(self, record: RoundRecord) -> None:
-        """Keep, log, persist (state and JSON line) one round's decision."""
+        """Keep, log, persist (state and JSON line, via the shared journal) one round's decision."""
         self.records.append(record)
-        result = record.screening
-        logger.info("FedLNS %s", result.explain())
         for client_id, reason in record.unreadable.items():
-            logger.warning("FedLNS round %d: client %s unreadable: %s", result.round, client_id, reason)
-        if self.state_path is not None:
-            self.screener.save(self.state_path)
-        if self.log_path is not None:
-            with open(self.log_path, "a", encoding="utf-8") as log_file:
-                log_file.write(json.dumps(record.to_dict()) + "\n")
+            logger.warning("FedLNS round %d: client %s unreadable: %s", record.round,
+                           escape_text(str(client_id), 80), reason)
+        if record.screening is None:
+            logger.error("FedLNS round %d could not be screened; global model kept: %s", record.round,
+                         escape_text(record.error or "", 400))
+        else:
+            logger.info("FedLNS %s", record.screening.explain())
+        self.journal.record(self.screener if record.screening is not None else None, record.to_dict())
 
 
 class FedLNSServerAggregator(FedLNSAggregatorMixin, DefaultServerAggregator):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+from fedlns_core import escape_text
 
 
 class ReplyError(ValueError):
@@ -38,8 +41,11 @@ def arrayrecord_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
     for key, array in record.items():
         try:
             arrays[key] = array.numpy()
-        except (TypeError, ValueError) as error:
-            raise ReplyError(f"array {key!r} cannot be read as numpy ({error})") from error
+        except Exception as error:  # noqa: BLE001 - any failure to deserialize is the reply's fault
+            raise ReplyError(
+                f"array {escape_text(repr(key), 80)} cannot be read as numpy "
+                f"({type(error).__name__}: {escape_text(str(error), 120)})"
+            ) from error
     return arrays
 
 
@@ -70,8 +76,8 @@ def read_train_reply(message: Message, weighted_by_key: str) -> tuple[dict[str, 
     -------
     arrays : dict[str, numpy.ndarray]
         Named by the ``ArrayRecord`` keys.
-    num_examples : float
-        The count metric; its validity (finite, positive) is checked by the core.
+    num_examples : int or float
+        The count metric as sent; its validity (finite, positive, bounded) is checked by the core.
     """
     content = message.content
     if len(content.array_records) != 1:
@@ -84,24 +90,43 @@ def read_train_reply(message: Message, weighted_by_key: str) -> tuple[dict[str, 
         )
     metrics = next(iter(content.metric_records.values()))
     if weighted_by_key not in metrics:
-        raise ReplyError(f"MetricRecord lacks the example-count metric {weighted_by_key!r}")
+        raise ReplyError(f"MetricRecord lacks the example-count metric {escape_text(repr(weighted_by_key))}")
     count = metrics[weighted_by_key]
     if isinstance(count, bool) or not isinstance(count, Real):
         raise ReplyError(
             f"metric {weighted_by_key!r} must be a single number, got {type(count).__name__}"
         )
     arrays = arrayrecord_to_numpy(next(iter(content.array_records.values())))
-    return arrays, float(count)
+    return arrays, count
 
 
-def reply_layout(message: Message) -> tuple:
-    """Record names and metric keys of a reply: replies handed on together must agree."""
-    content = message.content
-    metric_keys = tuple(
-        sorted(key for record in content.metric_records.values() for key in record)
-    )
-    return (
-        tuple(content.array_records.keys()),
-        tuple(content.metric_records.keys()),
-        metric_keys,
-    )
+def canonical_reply(message: Message, arrays_record: ArrayRecord, metric_keys, count) -> Message:
+    """A copy of a retained reply in the layout every retained reply shares.
+
+    One ``ArrayRecord`` named ``"arrays"`` (the reply's own, unchanged) and one ``MetricRecord`` named
+    ``"metrics"`` holding only ``metric_keys`` (the metrics every retained reply has, of one kind) with
+    the example count as the screener weighted it. Flower's aggregators stop a round whose replies
+    differ in record names or metric keys; this way no reply's layout can get another one dropped.
+    The sender's metadata is kept.
+    """
+    metrics = next(iter(message.content.metric_records.values()))
+    kept = {key: metrics[key] for key in metric_keys}
+    kept[count[0]] = count[1]
+    content = RecordDict({"arrays": arrays_record, "metrics": MetricRecord(kept)})
+    return Message(content=content, metadata=copy.copy(message.metadata))
+
+
+def shared_metric_keys(messages: list[Message], weighted_by_key: str) -> tuple[str, ...]:
+    """Metric keys that every message has, all single numbers or all lists of one length."""
+    records = [next(iter(message.content.metric_records.values())) for message in messages]
+    shared = set(records[0].keys()) if records else set()
+    for record in records[1:]:
+        shared &= set(record.keys())
+    kept = []
+    for key in sorted(shared - {weighted_by_key}):
+        values = [record[key] for record in records]
+        if all(isinstance(value, Real) and not isinstance(value, bool) for value in values):
+            kept.append(key)
+        elif all(isinstance(value, list) for value in values) and len({len(value) for value in values}) == 1:
+            kept.append(key)
+    return tuple(kept)

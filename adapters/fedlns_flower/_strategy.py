@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
-from collections import Counter
 from collections.abc import Iterable
-from logging import INFO, WARNING
-from pathlib import Path
+from logging import ERROR, INFO, WARNING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -15,8 +12,13 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedlns_core import FedLNS, ScreeningResult
-from fedlns_flower._records import ReplyError, read_train_reply, reply_layout
+from fedlns_core import FedLNS, ScreeningJournal, ScreeningResult, escape_text
+from fedlns_flower._records import (
+    ReplyError,
+    canonical_reply,
+    read_train_reply,
+    shared_metric_keys,
+)
 
 _DEFAULT_WEIGHTED_BY_KEY = "num-examples"
 
@@ -56,11 +58,20 @@ class FedLNSStrategy(Strategy):
     -----
     Client identity is ``msg.metadata.src_node_id``, set by the SuperLink, never
     anything the client writes. Parameter names are the ``ArrayRecord`` keys, the
-    example count is the inner strategy's ``weighted_by_key`` metric. Error replies
-    and replies that cannot be read are dropped with a logged reason; invalid arrays
-    (missing keys, wrong shapes, NaN) are rejected by the screener with a reason. While
-    the bank warms up with ``warmup="hold"``, the current arrays are returned
-    unchanged (Eq. (FedLNS_skip_update)).
+    example count is the inner strategy's ``weighted_by_key`` metric. Replies from
+    nodes that were not sent a train message this round, error replies, replies that
+    cannot be read and replies whose arrays differ in dtype from the global model's are
+    dropped with a logged reason; invalid arrays (missing or extra keys, wrong shapes,
+    NaN, out-of-range values) and counts are rejected by the screener with a reason.
+
+    Screening comes first; only then are the retained replies brought to one layout
+    (one ``ArrayRecord`` ``"arrays"``, one ``MetricRecord`` ``"metrics"`` with the
+    metrics all of them share and the count as the screener weighted it), so extra
+    metric keys are ignored and can never get another reply dropped. No reply stops
+    the ServerApp: if a round fails as a whole (it cannot be screened, or the inner
+    strategy raises), the current arrays are kept and the failure is logged. While the
+    bank warms up with ``warmup="hold"``, the current arrays are returned unchanged
+    (Eq. (FedLNS_skip_update)).
 
     Examples
     --------
@@ -80,14 +91,21 @@ class FedLNSStrategy(Strategy):
         log_path: str | os.PathLike | None = None,
     ) -> None:
         super().__init__()
+        if not isinstance(strategy, Strategy):
+            raise TypeError(f"strategy must be a flwr Strategy, got {type(strategy).__name__}")
+        if not isinstance(screener, FedLNS):
+            raise TypeError(f"screener must be a fedlns_core.FedLNS, got {type(screener).__name__}")
+        screener.validate_params()
         self.strategy = strategy
         self.screener = screener
+        self.journal = ScreeningJournal(state_path=state_path, log_path=log_path)
         self.state_path = state_path
         self.log_path = log_path
         self.results: list[dict] = []
         self._state_checked = False
         self._current_arrays: ArrayRecord | None = None
         self._current_round: int | None = None
+        self._sent_to: set[int] = set()
 
     @property
     def weighted_by_key(self) -> str:
@@ -110,11 +128,13 @@ class FedLNSStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Remember the arrays sent this round (the paper's w_t), then pass through."""
+        """Remember the arrays sent this round (the paper's w_t) and to whom, then pass through."""
         self._resume_state()
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._current_arrays = arrays
         self._current_round = server_round
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        self._sent_to = {int(message.metadata.dst_node_id) for message in messages}
+        return messages
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -151,16 +171,29 @@ class FedLNSStrategy(Strategy):
             The inner strategy's metrics plus ``fedlns-active``, ``fedlns-bank-size``,
             ``fedlns-retained``, ``fedlns-rejected`` (screened out or invalid),
             ``fedlns-dropped`` (error or unreadable replies) and ``fedlns-components``
-            (-1 while inactive).
+            (-1 while inactive); only ``fedlns-failed`` = 1 (and the current arrays)
+            when the round failed as a whole.
         """
         if self._current_arrays is None or self._current_round != server_round:
             raise RuntimeError(
                 f"aggregate_train for round {server_round} without configure_train for that "
                 "round: FedLNSStrategy needs the arrays sent to clients (w_t)"
             )
+        try:
+            return self._screen_and_aggregate(server_round, list(replies))
+        except Exception as error:  # noqa: BLE001 - no round may stop the ServerApp
+            log(
+                ERROR,
+                "FedLNS round %d failed (%s: %s); arrays unchanged",
+                server_round,
+                type(error).__name__,
+                escape_text(str(error), 400),
+            )
+            return self._current_arrays, MetricRecord({"fedlns-failed": 1})
+
+    def _screen_and_aggregate(self, server_round: int, replies: list[Message]):
         global_arrays = _arrays_of(self._current_arrays)
-        replies = list(replies)
-        readable, dropped = self._read_replies(replies)
+        readable, dropped = self._read_replies(replies, global_arrays)
 
         if not readable:
             log(WARNING, "FedLNS round %d: no readable replies; arrays unchanged", server_round)
@@ -169,15 +202,18 @@ class FedLNSStrategy(Strategy):
 
         client_arrays = {node: arrays for node, (_, arrays, _) in readable.items()}
         num_examples = {node: count for node, (_, _, count) in readable.items()}
-        result = self.screener.screen(global_arrays, client_arrays, num_examples)
+        try:
+            result = self.screener.screen(global_arrays, client_arrays, num_examples)
+        except ValueError as error:
+            # screen() changed nothing; hold this round rather than aggregate unscreened replies.
+            log(ERROR, "FedLNS round %d: %s; arrays unchanged", server_round, escape_text(str(error), 400))
+            self._record(server_round, None, dropped, error=str(error))
+            return self._current_arrays, self._metrics(None, dropped, MetricRecord({"fedlns-failed": 1}))
         self._record(server_round, result, dropped)
-        if self.state_path is not None:
-            self.screener.save(self.state_path)
         for node, reason in result.rejected.items():
-            log(INFO, "FedLNS round %d: rejected node %s: %s", server_round, node, reason)
+            log(INFO, "FedLNS round %d: rejected node %s: %s", server_round, node, escape_text(reason, 400))
 
-        retained = [readable[node][0] for node in result.retained]
-        if not retained:
+        if not result.retained:
             # Warm-up hold (w_{t+1} = w_t) or nothing retained: keep the current arrays.
             log(
                 INFO,
@@ -192,21 +228,21 @@ class FedLNSStrategy(Strategy):
             INFO,
             "FedLNS round %d: retained %d of %d replies (components=%s, bank %d)",
             server_round,
-            len(retained),
+            len(result.retained),
             len(replies),
             result.n_components,
             result.bank_size,
         )
+        retained = self._canonical_replies(result, readable)
         arrays, metrics = self.strategy.aggregate_train(server_round, retained)
         return arrays, self._metrics(result, dropped, metrics or MetricRecord())
 
     # ------------------------------------------------------------------ helpers
 
-    def _read_replies(self, replies: list[Message]):
+    def _read_replies(self, replies: list[Message], global_arrays: dict[str, np.ndarray]):
         """Split replies into readable ``{node: (msg, arrays, count)}`` and dropped ``{node: reason}``."""
         readable: dict[int, tuple[Message, dict[str, np.ndarray], float]] = {}
         dropped: dict[int, str] = {}
-        layouts: dict[int, tuple] = {}
         for message in replies:
             node = int(message.metadata.src_node_id)
             if node in readable or node in dropped:
@@ -214,38 +250,54 @@ class FedLNSStrategy(Strategy):
                 readable.pop(node, None)
                 dropped[node] = "dropped: more than one reply from this node in the round"
                 continue
-            if message.has_error():
-                dropped[node] = f"dropped: error reply (code {message.error.code}): {message.error.reason}"
-                continue
             try:
-                arrays, count = read_train_reply(message, self.weighted_by_key)
+                readable[node] = self._read_reply(node, message, global_arrays)
             except ReplyError as error:
                 dropped[node] = f"dropped: {error}"
-                continue
-            readable[node] = (message, arrays, count)
-            layouts[node] = reply_layout(message)
-
-        # Flower's aggregators stop the whole round if retained replies differ in record
-        # names or metric keys; keep the most common layout and drop the others.
-        if readable:
-            common, _ = Counter(layouts[node] for node in readable).most_common(1)[0]
-            for node in [node for node in readable if layouts[node] != common]:
-                del readable[node]
-                dropped[node] = (
-                    "dropped: record names or metric keys differ from the other replies "
-                    f"(got {layouts[node]}, expected {common})"
-                )
+            except Exception as error:  # noqa: BLE001 - a reply must never stop the round
+                dropped[node] = f"dropped: unreadable reply ({type(error).__name__}: {escape_text(str(error), 200)})"
         for node, reason in dropped.items():
             log(WARNING, "FedLNS: node %s %s", node, reason)
         return readable, dropped
+
+    def _read_reply(self, node: int, message: Message, global_arrays: dict[str, np.ndarray]):
+        if node not in self._sent_to:
+            raise ReplyError("this node was not sent a train message this round")
+        if message.has_error():
+            raise ReplyError(
+                f"error reply (code {escape_text(str(message.error.code), 20)}): "
+                f"{escape_text(str(message.error.reason), 200)}"
+            )
+        arrays, count = read_train_reply(message, self.weighted_by_key)
+        for key, value in arrays.items():
+            # Flower's FedAvg averages in the replies' dtype: the first reply's would become the model's.
+            if key in global_arrays and value.dtype != global_arrays[key].dtype:
+                raise ReplyError(
+                    f"array {escape_text(repr(key), 80)} has dtype {value.dtype}, "
+                    f"the global model's is {global_arrays[key].dtype}"
+                )
+        return message, arrays, count
+
+    def _canonical_replies(self, result: ScreeningResult, readable: dict) -> list[Message]:
+        """The retained replies in one shared layout, each with the count the screener weighted."""
+        messages = [readable[node][0] for node in result.retained]
+        metric_keys = shared_metric_keys(messages, self.weighted_by_key)
+        out = []
+        for node, message in zip(result.retained, messages):
+            given = readable[node][2]
+            count = given if node not in result.capped_counts else result.num_examples[node]
+            arrays_record = next(iter(message.content.array_records.values()))
+            out.append(canonical_reply(message, arrays_record, metric_keys, (self.weighted_by_key, count)))
+        return out
 
     def _resume_state(self) -> None:
         """Load the saved screener once, at the first round, if ``state_path`` exists."""
         if self._state_checked:
             return
         self._state_checked = True
-        if self.state_path is not None and Path(self.state_path).exists():
-            self.screener = FedLNS.load(self.state_path)
+        resumed = self.journal.resume(self.screener)
+        if resumed is not self.screener:
+            self.screener = resumed
             log(
                 INFO,
                 "FedLNS: resumed state from %s (%d rounds screened, bank of %d clients)",
@@ -254,18 +306,19 @@ class FedLNSStrategy(Strategy):
                 len(self.screener.bank),
             )
 
-    def _record(self, server_round: int, result: ScreeningResult | None, dropped: dict) -> None:
-        """Keep the round's decision and append it to the JSON-lines log."""
-        self.results.append({"server_round": server_round, "screening": result, "dropped": dict(dropped)})
-        if self.log_path is None:
-            return
+    def _record(self, server_round: int, result: ScreeningResult | None, dropped: dict,
+                error: str | None = None) -> None:
+        """Keep the round's decision; save the screener and append the JSON line (shared journal)."""
+        self.results.append(
+            {"server_round": server_round, "screening": result, "dropped": dict(dropped), "error": error}
+        )
         line = {
             "server_round": server_round,
             "screening": None if result is None else result.to_dict(),
-            "dropped": {str(node): reason for node, reason in dropped.items()},
+            "dropped": [[node, reason] for node, reason in dropped.items()],
+            "error": error,
         }
-        with open(self.log_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
+        self.journal.record(self.screener if result is not None else None, line)
 
     @staticmethod
     def _metrics(result: ScreeningResult | None, dropped: dict, metrics: MetricRecord) -> MetricRecord:

@@ -253,8 +253,8 @@ def test_decisions_are_logged_and_the_screener_resumes(tmp_path):
     second.on_before_aggregation(entries)
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert [line["screening"]["round"] for line in lines] == [0, 1]
-    assert sorted(lines[1]["screening"]["rejected"]) == sorted(
-        str(k) for k in client_ids if deviant[k])
+    assert sorted(node for node, _ in lines[1]["screening"]["rejected"]) == sorted(   # [id, reason] pairs
+        k for k in client_ids if deviant[k])
 
 
 def test_constructor_rejects_a_missing_screener_and_fhe():
@@ -312,3 +312,67 @@ def test_integer_buffers_of_batch_norm_pass_through():
     assert new_global["bn.num_batches_tracked"].dtype == torch.int64
     assert set(new_global) == set(model.state_dict())
     model.load_state_dict(new_global)
+
+
+class _Unconvertible(torch.Tensor):
+    """A tensor whose conversion to numpy fails in a way the adapter did not foresee."""
+
+    def detach(self):
+        raise RuntimeError("cannot detach\nINFO forged line")
+
+
+def test_hostile_entries_are_rejected_and_the_others_decided_as_without_them():
+    model = make_model()
+    entries, deviant = federation(model)
+    good = upload(model, seed=99)
+    huge = OrderedDict(good, **{"ln.weight": torch.full((8,), 1e38)})
+    as_double = OrderedDict(good, **{"ln.bias": torch.full((8,), 1e300, dtype=torch.float64)})
+    odd = OrderedDict(good, **{"ln.bias": torch.zeros(8).as_subclass(_Unconvertible)})
+    hostile = [(100, huge), (100, as_double), (100, odd), (1e308, good), (5e-324, good)]
+    client_ids = list(range(len(entries))) + [f"h{k}" for k in range(len(hostile))]
+    reference = make_aggregator(model, list(range(len(entries))))
+    reference.on_before_aggregation(entries)
+    aggregator = make_aggregator(model, client_ids)
+    kept, positions = aggregator.on_before_aggregation(entries + hostile)
+    record = aggregator.records[-1]
+    for k in range(len(hostile)):
+        assert record.rejected[f"h{k}"].startswith("invalid:"), record.rejected[f"h{k}"]
+    assert "\n" not in record.rejected["h2"]
+    assert positions == [k for k in range(len(entries)) if not deviant[k]]
+    assert record.screening.retained == reference.records[-1].screening.retained
+    assert record.screening.rejected.keys() - {f"h{k}" for k in range(len(hostile))} == \
+        reference.records[-1].screening.rejected.keys()
+    assert not {f"h{k}" for k in range(len(hostile))} & set(aggregator.screener.bank.ids)
+    new_global = aggregator.aggregate(kept)
+    assert all(torch.isfinite(value).all() and value.dtype == torch.float32 for value in new_global.values())
+
+
+def test_a_round_that_cannot_be_screened_keeps_the_global_model(monkeypatch, tmp_path):
+    from fedlns_core import _screening
+
+    model = make_model()
+    entries, _ = federation(model)
+    aggregator = make_aggregator(model, list(range(len(entries))), log_path=tmp_path / "log.jsonl")
+
+    def broken(*args, **kwargs):
+        raise ValueError("mixture failed")
+    monkeypatch.setattr(_screening, "bic_gmm_retain", broken)
+    kept, positions = aggregator.on_before_aggregation(entries)
+    assert kept == [] and positions == []
+    record = aggregator.records[-1]
+    assert record.screening is None and "mixture failed" in record.error
+    assert aggregator.screener.round_ == 0 and len(aggregator.screener.bank) == 0
+    new_global = aggregator.aggregate(kept)
+    for key, value in model.state_dict().items():
+        assert torch.equal(new_global[key], value)
+    assert json.loads((tmp_path / "log.jsonl").read_text())["error"].endswith("mixture failed")
+
+
+def test_constructor_checks_rule_and_paths(tmp_path):
+    model = make_model()
+    with pytest.raises(TypeError, match="rule"):
+        make_aggregator(model, [1], rule=3)
+    with pytest.raises(ValueError, match="directory"):
+        make_aggregator(model, [1], log_path=tmp_path)
+    with pytest.raises(ValueError, match="n_init"):
+        make_aggregator(model, [1], screener=FedLNS(n_init=0))

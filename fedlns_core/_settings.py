@@ -1,0 +1,126 @@
+"""The screener's settings, declared once with their constraints and checked in one place.
+
+``FedLNS``, ``HistoryBank`` and the state-file loader all validate through :func:`validate_settings`
+(the model is scikit-learn's ``_parameter_constraints``): a setting is listed here once, with the
+values it accepts, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of ``kind`` (``"int"`` or ``"real"``) between ``low`` and ``high``."""
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"           # "both", "left", "right" or "neither"
+
+    def normalize(self, value):
+        if isinstance(value, (bool, np.bool_)):
+            return None
+        if self.kind == "int":
+            if not isinstance(value, numbers.Integral):
+                return None
+            value = int(value)
+        else:
+            if not isinstance(value, numbers.Real):
+                return None
+            value = float(value)
+            if not math.isfinite(value):
+                return None
+        low_ok = self.low is None or (value >= self.low if self.closed in ("both", "left") else value > self.low)
+        high_ok = self.high is None or (value <= self.high if self.closed in ("both", "right") else value < self.high)
+        return value if low_ok and high_ok else None
+
+    def describe(self) -> str:
+        kind = "an int" if self.kind == "int" else "a finite number"
+        left = "[" if self.closed in ("both", "left") else "("
+        right = "]" if self.closed in ("both", "right") else ")"
+        if self.low is None and self.high is None:
+            return kind
+        return f"{kind} in {left}{'-inf' if self.low is None else self.low}, " \
+               f"{'inf' if self.high is None else self.high}{right}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of strings."""
+
+    values: tuple[str, ...]
+
+    def normalize(self, value):
+        return value if isinstance(value, str) and value in self.values else None
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(repr(value) for value in self.values)
+
+
+@dataclass(frozen=True)
+class InstanceOf:
+    """An instance of a class, found lazily by name to avoid an import cycle."""
+
+    name: str
+
+    def normalize(self, value):
+        from ._signature import NormSelector      # the only class-valued setting
+        return value if isinstance(value, NormSelector) else None
+
+    def describe(self) -> str:
+        return f"a {self.name}"
+
+
+_NONE = object()
+
+#: Every setting of the screener and its bank, with the values it accepts (``None`` where listed).
+PARAMETER_CONSTRAINTS: dict[str, list] = {
+    "selector": [InstanceOf("NormSelector"), None],
+    "activation_threshold": [Interval("int", 0)],
+    "mad_floor": [Interval("real", 0, None, closed="neither")],
+    "components": [Options(("bic", "two"))],
+    "reg_covar": [Interval("real", 0)],
+    "n_init": [Interval("int", 1)],
+    "max_iter": [Interval("int", 1)],
+    "ema": [Interval("real", 0, 1, closed="left")],
+    "warmup": [Options(("hold", "aggregate"))],
+    "max_clients": [Interval("int", 1), None],
+    "random_state": [Interval("int", 0, 2**128 - 1), None],
+    "max_count_ratio": [Interval("real", 1), None],
+}
+
+
+def validate_settings(owner: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``settings`` against :data:`PARAMETER_CONSTRAINTS`; return them as plain Python values.
+
+    numpy scalars are accepted wherever the Python type is (``np.int64(5)`` for an int) and come back as
+    ``int``/``float``. Raises ``ValueError`` naming the owner, the setting, what it accepts and what came.
+    """
+    checked = {}
+    for name, value in settings.items():
+        if name not in PARAMETER_CONSTRAINTS:
+            raise ValueError(f"{owner}: unknown setting {name!r}")
+        constraints = PARAMETER_CONSTRAINTS[name]
+        normalized = _NONE
+        for constraint in constraints:
+            if constraint is None:
+                if value is None:
+                    normalized = None
+                    break
+                continue
+            candidate = constraint.normalize(value)
+            if candidate is not None:
+                normalized = candidate
+                break
+        if normalized is _NONE:
+            accepted = " or ".join("None" if c is None else c.describe() for c in constraints)
+            raise ValueError(f"{owner}: {name} must be {accepted}, got {value!r}")
+        checked[name] = normalized
+    return checked
