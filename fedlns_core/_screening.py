@@ -86,7 +86,7 @@ class ScreeningResult:
         if absent:
             raise ValueError(f"client {absent[0]!r} was retained but is missing from client_params")
         if rule is None:
-            return weighted_average(global_params, client_params, self.num_examples)
+            return weighted_average(global_params, client_params, self.weights)
         return apply_rule(check_global_params(global_params), client_params, self.num_examples, rule)
 
     def explain(self) -> str:
