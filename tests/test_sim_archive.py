@@ -24,7 +24,7 @@ def test_archive_then_verify_reproduces_and_catches_a_changed_number(tmp_path, c
     (cell,) = (results / "verify.txt").read_text().split()
     assert "-fedlns-" in cell                                   # the default cell: FedLNS, one per family
     archived = results / "runs" / cell
-    assert sorted(p.name for p in archived.iterdir()) == ["config.json", "rounds.jsonl.gz"]
+    assert sorted(p.name for p in archived.iterdir()) == ["config.json", "rounds.jsonl.gz", "state.json"]
     assert json.loads((archived / "config.json").read_text())["config"]["data"] == "synthetic"
     # the report reads archived runs like run folders
     assert {s["method"] for s in load_runs(results / "runs")} == {"fedavg", "fedlns"}
@@ -68,3 +68,14 @@ def test_verify_accepts_runs_made_before_a_setting_existed(tmp_path, capsys):
     assert main(["verify", str(results), "--out", str(tmp_path / "again"), "--jobs", "1"]) == 0
     output = capsys.readouterr().out
     assert "at their defaults: attack_noise" in output and "1 of 1 cells reproduce" in output
+
+
+def test_archived_runs_copied_into_a_runs_folder_are_skipped_by_a_sweep(tmp_path, capsys):
+    import shutil
+
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    _sweep(runs)
+    main(["archive", str(runs), str(results)])
+    shutil.copytree(results / "runs", tmp_path / "restored")
+    _sweep(tmp_path / "restored")
+    assert "sweep: 0 ran, 2 already finished" in capsys.readouterr().out

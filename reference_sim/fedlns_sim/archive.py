@@ -3,7 +3,8 @@
 ``archive(runs, dest)`` copies every finished run's ``config.json`` (without this machine's data path: its
 ``data_source`` names the text) and its ``rounds.jsonl`` (gzip-compressed, with a fixed timestamp so the same run
 always gives the same bytes) to ``dest/runs/<run name>/``, and lists in
-``dest/verify.txt`` the cells that ``verify`` re-runs. ``verify(dest)`` re-runs those cells from their stored
+``dest/verify.txt`` the cells that ``verify`` re-runs. Each archived run keeps a ``state.json`` with its round
+count (no checkpoint), so archived runs copied back into a runs folder count as finished for any sweep. ``verify(dest)`` re-runs those cells from their stored
 configs and compares every recorded number except wall times, exactly.
 """
 
@@ -40,6 +41,10 @@ def archive(runs: str | Path, dest: str | Path, cells=None) -> dict:
         with open(target / "rounds.jsonl.gz", "wb") as raw, \
                 gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as packed:
             packed.write((folder / "rounds.jsonl").read_bytes())
+        # a finished run's state, without its checkpoint: copied back into a runs folder, any version of the
+        # sweep sees the run as finished and skips it
+        rounds = json.loads((folder / "state.json").read_text())["round"]
+        runfiles.atomic_write(target / "state.json", json.dumps({"round": rounds, "checkpoint": None}).encode())
     names = {folder.name for folder, _ in finished}
     if cells is None:
         cells = default_cells([meta for _, meta in finished], [folder.name for folder, _ in finished])
