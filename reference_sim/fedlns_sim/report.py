@@ -212,7 +212,8 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
                     for column in columns:
                         cells[(CLEAN, column)] = _stat(clean, metric, column[1])
                 if metric == "perplexity":
-                    unigram = [s["unigram_perplexity"] for s in subset if s["unigram_perplexity"] is not None]
+                    unigram = list({s["seed"]: s["unigram_perplexity"] for s in subset
+                                    if s["unigram_perplexity"] is not None}.values())   # one value per seed
                     if unigram:
                         rows.append(UNIGRAM)
                         for column in columns:
@@ -265,7 +266,7 @@ def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
             continue
         strongest = min(candidates, key=lambda m: candidates[m][0])
         for label, other in (("strongest baseline", strongest), ("FedAvg", "fedavg")):
-            if other not in candidates:
+            if other not in candidates or (label == "FedAvg" and strongest == "fedavg"):
                 continue
             shared = candidates[other][1]
             row = {"family": family, "partition": partition, "fraction": fraction, "against": label,
