@@ -8,6 +8,7 @@ translate those frameworks' objects.
 from ._aggregate import AggregationRule, weighted_average
 from ._bank import HistoryBank
 from ._mixture import MixtureDecision, bic_gmm_retain
+from ._plan import ActivationPlan, plan_activation
 from ._robust import deviation_scores, median_mad, standardize
 from ._screening import FedLNS, ScreeningResult
 from ._signature import NormSelector, extract_signature
@@ -16,6 +17,7 @@ from ._types import ClientId, ParamDict
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivationPlan",
     "AggregationRule",
     "ClientId",
     "FedLNS",
@@ -28,6 +30,7 @@ __all__ = [
     "deviation_scores",
     "extract_signature",
     "median_mad",
+    "plan_activation",
     "standardize",
     "weighted_average",
 ]
