@@ -38,13 +38,14 @@ import numpy as np
 
 from fedlns_core import __version__
 from fedlns_core._robust import deviation_scores, median_mad, standardize
-from fedlns_core._rules import bank_mixture_rule, fresh_entries, paper_rule, peeled, score_rule, separated
+from fedlns_core._rules import (bank_mixture_rule, benign_spread, fresh_entries, paper_rule, peeled, score_rule,
+                                separated)
 from fedlns_core._synthetic import SyntheticFederation
 
 SIZES = ((200, 20), (50, 5), (20, 4), (10, 2))
 FRACTIONS = (0.0, 0.1, 0.25, 0.4)
 SCENARIOS = [(noise, fraction) for noise in ("gauss", "t3") for fraction in FRACTIONS] + [("decoy", 0.25)]
-SEPARATIONS = (2, 4)
+SEPARATIONS = (2, 3, 4)
 ROUNDS = 25
 MAD_FLOOR = 1e-6
 DECOY_SHIFT = 8.0
@@ -60,28 +61,29 @@ def variant_names() -> list[str]:
     names = ["paper"] + [f"paper+sep{s}" for s in SEPARATIONS]
     names += ["scores"] + [f"scores+sep{s}" for s in SEPARATIONS]
     names += ["bank"] + [f"bank+sep{s}" for s in SEPARATIONS]
-    names += [f"peel(paper+sep{s})" for s in SEPARATIONS]
-    names += ["age"] + [f"age+sep{s}" for s in SEPARATIONS]
+    names += [f"peel(paper+sep{s})" for s in SEPARATIONS] + [f"peel(bank+sep{s})" for s in SEPARATIONS]
+    names += ["age"]
     return names
 
 
-def judge(features, bank_features, aged_features, aged_bank, seed) -> dict[str, np.ndarray]:
+def judge(features, bank_features, aged_features, seed) -> dict[str, np.ndarray]:
     """Retained mask (N,) of every variant for one round."""
-    out = {}
+    keep_all = np.ones(features.shape[0], dtype=bool)
+    spread = benign_spread(bank_features, random_state=seed)
     paper = paper_rule(features, random_state=seed)
     scores = score_rule(features, random_state=seed)
-    aged = paper_rule(aged_features, random_state=seed)
-    out["paper"], out["scores"], out["age"] = paper.retained, scores.retained, aged.retained
-    out["bank"] = bank_mixture_rule(features, bank_features, random_state=seed).retained
+    bank = bank_mixture_rule(features, bank_features, random_state=seed)
+    out = {"paper": paper.retained, "scores": scores.retained, "bank": bank.retained,
+           "age": paper_rule(aged_features, random_state=seed).retained}
     for s in SEPARATIONS:
-        out[f"paper+sep{s}"] = separated(paper, features, bank_features, s).retained
-        out[f"scores+sep{s}"] = separated(scores, features, bank_features, s).retained
-        out[f"age+sep{s}"] = separated(aged, aged_features, aged_bank, s).retained
-        out[f"bank+sep{s}"] = bank_mixture_rule(features, bank_features, min_separation=s,
-                                                random_state=seed).retained
+        out[f"paper+sep{s}"] = separated(paper, features, spread, s).retained
+        out[f"scores+sep{s}"] = separated(scores, features, spread, s).retained
+        # the same fit as `bank`, with the guard applied: a split below s keeps everyone
+        out[f"bank+sep{s}"] = bank.retained if (bank.separation or 0.0) >= s else keep_all
         out[f"peel(paper+sep{s})"] = peeled(
-            lambda rows, s=s: separated(paper_rule(rows, random_state=seed), rows, bank_features, s),
-            features).retained
+            lambda rows, s=s: separated(paper_rule(rows, random_state=seed), rows, spread, s), features).retained
+        out[f"peel(bank+sep{s})"] = bank_mixture_rule(features, bank_features, min_separation=s, peel_steps=3,
+                                                      random_state=seed).retained
     return out
 
 
@@ -115,12 +117,10 @@ def run_scenario(n_clients, per_round, noise, fraction, seed):
         features, bank_features = standardize(signatures, median, mad), standardize(columns.T, median, mad)
         ages = np.array([round_index - bank[i][1] for i in bank_ids])
         fresh = fresh_entries(ages, max_age, threshold)
-        aged_median, aged_mad = median_mad(columns[:, fresh], MAD_FLOOR)
-        aged_features = standardize(signatures, aged_median, aged_mad)
-        aged_bank = standardize(columns[:, fresh].T, aged_median, aged_mad)
+        aged_features = standardize(signatures, *median_mad(columns[:, fresh], MAD_FLOOR))
         round_seed = int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0])
         attackers = np.array([i in federation.malicious for i in ids])
-        for name, retained in judge(features, bank_features, aged_features, aged_bank, round_seed).items():
+        for name, retained in judge(features, bank_features, aged_features, round_seed).items():
             tally = counts[name]
             tally[0] += int(np.sum(attackers & ~retained))
             tally[1] += int(np.sum(attackers & retained))

@@ -17,8 +17,6 @@ import numpy as np
 from ._mixture import bic_gmm_retain, fit_mixture
 from ._robust import deviation_scores
 
-# MAD of a Gaussian times this is its standard deviation.
-_MAD_TO_SD = 1.4826
 _SPREAD_FLOOR = 1e-3
 
 
@@ -29,7 +27,7 @@ class RuleOutcome:
     retained: np.ndarray                     # (N,) bool
     reasons: tuple[str, ...]                 # (N,) "" for a retained row
     n_components: int                        # components of the mixture that decided (1 keeps all)
-    separation: float | None = None          # (rho_rejected - rho_kept) / bank spread, when a split was made
+    separation: float | None = None          # gap between the groups in benign spreads, when split
 
     @property
     def rejected(self) -> np.ndarray:
@@ -45,10 +43,24 @@ def _keep_all(n_rows: int, n_components: int = 1) -> RuleOutcome:
     return _outcome(np.ones(n_rows, dtype=bool), "", n_components)
 
 
-def bank_spread(bank_features: np.ndarray) -> float:
-    """Robust spread of the bank's deviation scores: 1.4826 MAD of ``delta`` over the B entries (floored)."""
-    scores = deviation_scores(bank_features)
-    return max(_MAD_TO_SD * float(np.median(np.abs(scores - np.median(scores)))), _SPREAD_FLOOR)
+def _two_groups(bank_scores: np.ndarray, *, random_state, reg_covar=1e-4, n_init=5, max_iter=200):
+    """One- and two-component 1-D mixtures of the bank's scores (B, 1): (BIC(1), BIC(2), two)."""
+    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state)
+    one = fit_mixture(bank_scores, 1, n_init=1, **fit)
+    two = fit_mixture(bank_scores, 2, n_init=n_init, **fit)
+    return one.bic(bank_scores), two.bic(bank_scores), two
+
+
+def benign_spread(bank_features: np.ndarray, *, random_state: int | None = None) -> float:
+    """Width of the bank's low-deviation group: the standard deviation of the lower component of a
+    two-component mixture of the B bank scores ``delta`` (floored). A bank-wide MAD would be inflated by
+    the attackers' mode (at 40% malicious it undid most true splits)."""
+    bank_scores = deviation_scores(bank_features)[:, None]
+    if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
+        return _SPREAD_FLOOR
+    two = _two_groups(bank_scores, random_state=random_state)[2]
+    low = int(np.argmin(two.means_[:, 0]))
+    return max(float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
 
 
 # ------------------------------------------------------------------------------------------ the rules
@@ -67,40 +79,49 @@ def score_rule(features: np.ndarray, *, random_state: int | None = None, **mixtu
 
 
 def bank_mixture_rule(features: np.ndarray, bank_features: np.ndarray, *, min_separation: float = 0.0,
-                      random_state: int | None = None, reg_covar: float = 1e-4, n_init: int = 5,
-                      max_iter: int = 200) -> RuleOutcome:
+                      peel_steps: int = 1, random_state: int | None = None, **mixture) -> RuleOutcome:
     """(c) Judge the round against a 1-vs-2 component mixture of the bank's own scores.
 
     The B bank scores (hundreds of points, not the round's 2-5) choose one or two components by BIC.
-    With two whose means differ by at least ``min_separation`` bank spreads, a client is rejected when
-    the high component is the more probable for its score or its score is above that component's mean.
+    With two whose means differ by at least ``min_separation`` standard deviations of the low
+    component, a client is rejected when the high component is the more probable for its score or its
+    score is above that component's mean. With ``peel_steps > 1`` the bank entries of the high
+    component are dropped and the mixture is fitted again (e) until BIC picks one component or the
+    components are too close: an extreme decoy takes the first high component alone, moderate
+    attackers the next. ``separation`` reports the first split's.
     """
     bank_scores = deviation_scores(bank_features)[:, None]               # (B, 1)
     scores = deviation_scores(features)
-    if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
+    rejected = np.zeros(len(scores), dtype=bool)
+    first_separation = None
+    for _ in range(peel_steps):
+        if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
+            break
+        bic_one, bic_two, two = _two_groups(bank_scores, random_state=random_state, **mixture)
+        if bic_one <= bic_two:
+            break
+        low, high = np.argsort(two.means_[:, 0])
+        separation = float(two.means_[high, 0] - two.means_[low, 0]) / max(
+            float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
+        if separation < min_separation:
+            break
+        first_separation = separation if first_separation is None else first_separation
+        rejected |= (two.predict_proba(scores[:, None])[:, high] > 0.5) | (scores > two.means_[high, 0])
+        bank_scores = bank_scores[two.predict(bank_scores) == low]
+    if first_separation is None:
         return _keep_all(len(scores))
-    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state)
-    one = fit_mixture(bank_scores, 1, n_init=1, **fit)
-    two = fit_mixture(bank_scores, 2, n_init=n_init, **fit)
-    if one.bic(bank_scores) <= two.bic(bank_scores):
-        return _keep_all(len(scores))
-    low, high = np.argsort(two.means_[:, 0])
-    separation = float(two.means_[high, 0] - two.means_[low, 0]) / bank_spread(bank_features)
-    if separation < min_separation:
-        return _keep_all(len(scores), 2)
-    high_posterior = two.predict_proba(scores[:, None])[:, high]
-    rejected = (high_posterior > 0.5) | (scores > two.means_[high, 0])
-    return _outcome(~rejected, f"bank mixture: high component (separation {separation:.2g})", 2, separation)
+    return _outcome(~rejected, f"bank mixture: high component (separation {first_separation:.2g})", 2,
+                    first_separation)
 
 
-def separated(outcome: RuleOutcome, features: np.ndarray, bank_features: np.ndarray,
-              min_separation: float) -> RuleOutcome:
-    """(d) Undo a split whose groups' median scores differ by less than ``min_separation`` bank spreads."""
+def separated(outcome: RuleOutcome, features: np.ndarray, spread: float, min_separation: float) -> RuleOutcome:
+    """(d) Undo a split whose groups' median scores differ by less than ``min_separation`` times
+    ``spread`` (:func:`benign_spread` of the bank)."""
     if outcome.retained.all() or not outcome.retained.any():
         return outcome
     scores = deviation_scores(features)
     gap = float(np.median(scores[~outcome.retained]) - np.median(scores[outcome.retained]))
-    separation = gap / bank_spread(bank_features)
+    separation = gap / spread
     if separation < min_separation:
         return _keep_all(len(scores), outcome.n_components)
     return RuleOutcome(outcome.retained, outcome.reasons, outcome.n_components, separation)
