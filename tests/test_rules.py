@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedlns_core import FedLNS, bic_gmm_retain, deviation_scores, standardize
-from fedlns_core._rules import (RuleOutcome, bank_mixture_rule, bank_spread, fresh_entries, paper_rule, peeled,
+from fedlns_core._rules import (RuleOutcome, bank_mixture_rule, benign_spread, fresh_entries, paper_rule, peeled,
                                 score_rule, separated)
 from fedlns_core._signature import flat_signature
 from fedlns_core._synthetic import SyntheticFederation
@@ -64,18 +64,38 @@ def test_bank_mixture_keeps_everyone_when_the_bank_is_one_group():
 
 def test_separation_undoes_small_splits_only():
     rng = np.random.default_rng(3)
-    bank = rng.standard_normal((100, 30))
     features = rng.standard_normal((4, 30))
     split = RuleOutcome(np.array([True, True, False, True]), ("", "", "split", ""), 2)
-    gap = deviation_scores(features)[2] - np.median(deviation_scores(features)[[0, 1, 3]])
-    spread = bank_spread(bank)
-    assert separated(split, features, bank, abs(gap) / spread + 1).retained.all()
+    scores = deviation_scores(features)
+    gap = scores[2] - np.median(scores[[0, 1, 3]])
+    assert separated(split, features, 0.01, abs(gap) / 0.01 + 1).retained.all()
     features[2] *= 4                                                     # now far apart
-    kept = separated(split, features, bank, 2)
+    kept = separated(split, features, 0.01, 2)
     np.testing.assert_array_equal(kept.retained, split.retained)
-    assert kept.separation > 2
+    assert kept.separation == pytest.approx((deviation_scores(features)[2] - np.median(scores[[0, 1, 3]])) / 0.01)
     everyone = RuleOutcome(np.ones(4, dtype=bool), ("",) * 4, 1)
-    assert separated(everyone, features, bank, 2) is everyone
+    assert separated(everyone, features, 0.01, 2) is everyone
+
+
+def test_benign_spread_is_the_width_of_the_low_group():
+    rng = np.random.default_rng(6)
+    bank = rng.standard_normal((150, 200))
+    bank[:60] *= 2.0                                                     # 40% with much larger scores
+    benign_scores = deviation_scores(bank[60:])
+    assert benign_spread(bank, random_state=0) == pytest.approx(np.std(benign_scores), rel=0.3)
+    assert benign_spread(np.ones((5, 3))) == pytest.approx(1e-3)       # identical entries: the floor
+
+
+def test_peeled_bank_mixture_finds_attackers_behind_a_decoy():
+    rng = np.random.default_rng(7)
+    bank = rng.standard_normal((120, 100))
+    bank[:25] *= 1.6                                                     # moderate attackers
+    bank[25] *= 12.0                                                     # one extreme decoy
+    features = bank[[25, 0, 1, 100]]                                     # decoy, two attackers, one benign
+    once = bank_mixture_rule(features, bank, min_separation=3, random_state=0)
+    assert once.retained.tolist() == [False, True, True, True]
+    peeled_out = bank_mixture_rule(features, bank, min_separation=3, peel_steps=3, random_state=0)
+    assert peeled_out.retained.tolist() == [False, False, False, True]
 
 
 def test_peeling_removes_a_decoy_and_then_the_attackers_it_hid():
