@@ -9,6 +9,7 @@ from ._aggregate import AggregationRule, weighted_average
 from ._bank import HistoryBank
 from ._journal import ScreeningJournal
 from ._mixture import MixtureDecision, bic_gmm_retain
+from ._plan import ActivationPlan, plan_activation
 from ._robust import deviation_scores, median_mad, standardize
 from ._screening import FedLNS, ScreeningResult
 from ._signature import NormSelector, extract_signature
@@ -18,6 +19,7 @@ from ._types import ClientId, ParamDict, escape_text
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivationPlan",
     "AggregationRule",
     "ClientId",
     "FedLNS",
@@ -33,6 +35,7 @@ __all__ = [
     "escape_text",
     "extract_signature",
     "median_mad",
+    "plan_activation",
     "standardize",
     "weighted_average",
 ]

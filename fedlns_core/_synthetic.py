@@ -29,10 +29,18 @@ class SyntheticFederation:
         Scale of each benign client's persistent offset, in noise units (non-IID data).
     seed : int
         Everything is reproducible from it.
+    noise_df : float, optional
+        Draw the per-round noise from a Student-t with this many degrees of freedom (> 2), scaled to
+        unit variance, instead of a Gaussian: heavy-tailed benign updates. None (default) keeps the
+        Gaussian draws, random stream included.
     """
 
     def __init__(self, n_clients: int = 200, malicious_fraction: float = 0.4, *, n_layers: int = 12,
-                 width: int = 256, shift: float = 1.5, heterogeneity: float = 0.3, seed: int = 0):
+                 width: int = 256, shift: float = 1.5, heterogeneity: float = 0.3, seed: int = 0,
+                 noise_df: float | None = None):
+        if noise_df is not None and not noise_df > 2:
+            raise ValueError(f"noise_df must be above 2 (finite variance) or None, got {noise_df!r}")
+        self.noise_df = noise_df
         rng = np.random.default_rng(seed)
         self.rng = rng
         self.client_ids = list(range(n_clients))
@@ -63,8 +71,11 @@ class SyntheticFederation:
     def signature(self, client_id: int, round_index: int) -> np.ndarray:
         """Flat signature (D,) of one client in one round."""
         decay = 1.0 / np.sqrt(1.0 + round_index / 10.0)
-        value = decay * self.base_drift + self.client_offset[client_id] \
-            + self.noise_scale * self.rng.standard_normal(self.dimension)
+        if self.noise_df is None:
+            noise = self.rng.standard_normal(self.dimension)
+        else:                                   # unit variance: var(t_df) = df / (df - 2)
+            noise = self.rng.standard_t(self.noise_df, self.dimension) * np.sqrt((self.noise_df - 2) / self.noise_df)
+        value = decay * self.base_drift + self.client_offset[client_id] + self.noise_scale * noise
         if client_id in self.malicious:
             value = value + self.attack_direction
         return value

@@ -1,0 +1,154 @@
+"""Retain rules for small and clean rounds, measured against the paper's rule (issue 10; prototype).
+
+Not wired into :class:`FedLNS` yet: ``benchmarks/rule_study.py`` compares them on synthetic federations
+and ``docs/rules.md`` holds the table. Every rule takes the round's bank-standardized features ``Z``
+(eq. ``z_full``, shape (N, D)) and, where it needs them, the bank's own entries standardized against
+the same bank reference (shape (B, D); the round's clients are among them, since the bank is refreshed
+before screening), and returns which rows to keep and why the others go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ._mixture import bic_gmm_retain, fit_mixture
+from ._robust import deviation_scores
+
+_SPREAD_FLOOR = 1e-3
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """Which of the round's N rows a rule keeps, and why each other row is rejected."""
+
+    retained: np.ndarray                     # (N,) bool
+    reasons: tuple[str, ...]                 # (N,) "" for a retained row
+    n_components: int                        # components of the mixture that decided (1 keeps all)
+    separation: float | None = None          # gap between the groups in benign spreads, when split
+
+    @property
+    def rejected(self) -> np.ndarray:
+        return np.flatnonzero(~self.retained)
+
+
+def _outcome(retained: np.ndarray, reason: str, n_components: int, separation: float | None = None):
+    reasons = tuple("" if keep else reason for keep in retained)
+    return RuleOutcome(np.asarray(retained, dtype=bool), reasons, n_components, separation)
+
+
+def _keep_all(n_rows: int, n_components: int = 1) -> RuleOutcome:
+    return _outcome(np.ones(n_rows, dtype=bool), "", n_components)
+
+
+def _two_groups(bank_scores: np.ndarray, *, random_state, reg_covar=1e-4, n_init=5, max_iter=200):
+    """One- and two-component 1-D mixtures of the bank's scores (B, 1): (BIC(1), BIC(2), two)."""
+    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state)
+    one = fit_mixture(bank_scores, 1, n_init=1, **fit)
+    two = fit_mixture(bank_scores, 2, n_init=n_init, **fit)
+    return one.bic(bank_scores), two.bic(bank_scores), two
+
+
+def benign_spread(bank_features: np.ndarray, *, random_state: int | None = None) -> float:
+    """Width of the bank's low-deviation group: the standard deviation of the lower component of a
+    two-component mixture of the B bank scores ``delta`` (floored). A bank-wide MAD would be inflated by
+    the attackers' mode (at 40% malicious it undid most true splits)."""
+    bank_scores = deviation_scores(bank_features)[:, None]
+    if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
+        return _SPREAD_FLOOR
+    two = _two_groups(bank_scores, random_state=random_state)[2]
+    low = int(np.argmin(two.means_[:, 0]))
+    return max(float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
+
+
+# ------------------------------------------------------------------------------------------ the rules
+def paper_rule(features: np.ndarray, *, random_state: int | None = None, **mixture) -> RuleOutcome:
+    """(a) The paper's Algorithm BICGMMRetain on Z, exactly as :meth:`FedLNS.screen` calls it."""
+    scores = deviation_scores(features)                                   # eq. client_score
+    decision = bic_gmm_retain(features, scores, random_state=random_state, **mixture)
+    return _outcome(decision.labels == 0, "paper: high-deviation component", decision.n_components)
+
+
+def score_rule(features: np.ndarray, *, random_state: int | None = None, **mixture) -> RuleOutcome:
+    """(b) BICGMMRetain on the one-dimensional scores ``delta`` (N, 1) instead of Z (N, D)."""
+    scores = deviation_scores(features)
+    decision = bic_gmm_retain(scores[:, None], scores, random_state=random_state, **mixture)
+    return _outcome(decision.labels == 0, "scores: high-deviation component", decision.n_components)
+
+
+def bank_mixture_rule(features: np.ndarray, bank_features: np.ndarray, *, min_separation: float = 0.0,
+                      peel_steps: int = 1, random_state: int | None = None, **mixture) -> RuleOutcome:
+    """(c) Judge the round against a 1-vs-2 component mixture of the bank's own scores.
+
+    The B bank scores (hundreds of points, not the round's 2-5) choose one or two components by BIC.
+    With two whose means differ by at least ``min_separation`` standard deviations of the low
+    component, a client is rejected when the high component is the more probable for its score or its
+    score is above that component's mean. With ``peel_steps > 1`` the bank entries of the high
+    component are dropped and the mixture is fitted again (e) until BIC picks one component or the
+    components are too close: an extreme decoy takes the first high component alone, moderate
+    attackers the next. ``separation`` reports the first split's.
+    """
+    bank_scores = deviation_scores(bank_features)[:, None]               # (B, 1)
+    scores = deviation_scores(features)
+    rejected = np.zeros(len(scores), dtype=bool)
+    first_separation = None
+    for _ in range(peel_steps):
+        if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
+            break
+        bic_one, bic_two, two = _two_groups(bank_scores, random_state=random_state, **mixture)
+        if bic_one <= bic_two:
+            break
+        low, high = np.argsort(two.means_[:, 0])
+        separation = float(two.means_[high, 0] - two.means_[low, 0]) / max(
+            float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
+        if separation < min_separation:
+            break
+        first_separation = separation if first_separation is None else first_separation
+        rejected |= (two.predict_proba(scores[:, None])[:, high] > 0.5) | (scores > two.means_[high, 0])
+        bank_scores = bank_scores[two.predict(bank_scores) == low]
+    if first_separation is None:
+        return _keep_all(len(scores))
+    return _outcome(~rejected, f"bank mixture: high component (separation {first_separation:.2g})", 2,
+                    first_separation)
+
+
+def separated(outcome: RuleOutcome, features: np.ndarray, spread: float, min_separation: float) -> RuleOutcome:
+    """(d) Undo a split whose groups' median scores differ by less than ``min_separation`` times
+    ``spread`` (:func:`benign_spread` of the bank)."""
+    if outcome.retained.all() or not outcome.retained.any():
+        return outcome
+    scores = deviation_scores(features)
+    gap = float(np.median(scores[~outcome.retained]) - np.median(scores[outcome.retained]))
+    separation = gap / spread
+    if separation < min_separation:
+        return _keep_all(len(scores), outcome.n_components)
+    return RuleOutcome(outcome.retained, outcome.reasons, outcome.n_components, separation)
+
+
+def peeled(rule: Callable[[np.ndarray], RuleOutcome], features: np.ndarray, max_steps: int = 3) -> RuleOutcome:
+    """(e) Apply ``rule`` again to the rows it kept, until it rejects nothing (decoys: an extreme client
+    takes the second component alone and hides moderate attackers in the first)."""
+    kept = np.arange(features.shape[0])
+    reasons = [""] * features.shape[0]
+    n_components = 1
+    for step in range(max_steps):
+        if kept.size < 2:
+            break
+        outcome = rule(features[kept])
+        if outcome.retained.all():
+            break
+        n_components = max(n_components, outcome.n_components)
+        for row in kept[~outcome.retained]:
+            reasons[row] = f"peel {step + 1}: {outcome.reasons[np.flatnonzero(kept == row)[0]]}"
+        kept = kept[outcome.retained]
+    retained = np.zeros(features.shape[0], dtype=bool)
+    retained[kept] = True
+    return RuleOutcome(retained, tuple(reasons), n_components)
+
+
+def fresh_entries(ages: np.ndarray, max_age: int, minimum: int) -> np.ndarray:
+    """(f) Bank entries at most ``max_age`` rounds old, or all of them when fewer than ``minimum`` are."""
+    fresh = ages <= max_age
+    return fresh if fresh.sum() >= minimum else np.ones_like(fresh)
