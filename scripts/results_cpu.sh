@@ -23,3 +23,13 @@ for seed in 100 200 300 400 500; do
     done
   fi
 done
+
+# 2. The fraction sweep (0/10/20/30/40%, the layout of the paper's appendix tables) for FedAvg, FedLNS and the two
+#    strongest baselines, seeds 100-300 as in the paper. The baselines were named before this step ran, from
+#    baseline numbers only: the geometric mean over the finished 40% settings (seeds 100 and 200, 8 settings) of
+#    each baseline's best-checkpoint perplexity relative to FedAvg's: FLAME 0.97, Norm-Bounded FedAvg 1.01,
+#    Multi-Krum 1.04, Median and Trimmed Mean 1.05. The 40% cells and FedAvg at 0% come from step 1.
+for seed in 100 200 300; do
+  sweep --seeds "$seed" --fractions 0,0.1,0.2,0.3 --methods fedavg,fedlns,flame,norm_bounded_fedavg \
+        --no-references --out "$runs"
+done
