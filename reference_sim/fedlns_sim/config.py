@@ -248,9 +248,11 @@ SMOKE = {
 
 # The fine-tuning scenario at CPU scale (finetune.py): the `cpu` preset's models and federation, a base model
 # pretrained centrally on WikiText, then federated LoRA (+ norms) fine-tuning on another corpus (StackOverflow for
-# the causal models, Tiny Shakespeare for BERT). Chosen from FedAvg runs alone (docs/results/lora/README.md).
+# the causal models, Tiny Shakespeare for BERT). The learning rate was chosen from FedAvg runs alone (GPT, IID, seeds 11
+# and 12; docs/results/lora/README.md): the lowest clean perplexity among 2e-3, 5e-3 and 1e-2 whose 40% attack costs
+# FedAvg at least 15% at the best checkpoint on both seeds.
 _LORA_COMMON = dict(pretrain_corpus="wikitext", pretrain_steps=2000, pretrain_batch_size=16,
-                    pretrain_learning_rate=2e-3, peft="lora", lora_r=8, lora_alpha=16)
+                    pretrain_learning_rate=2e-3, peft="lora", lora_r=8, lora_alpha=16, learning_rate=1e-2)
 LORA = {
     "gpt": dict(CPU["gpt"], **_LORA_COMMON, corpus="stackoverflow"),
     "bert": dict(CPU["bert"], **_LORA_COMMON, corpus="shakespeare"),
