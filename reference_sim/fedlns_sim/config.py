@@ -18,6 +18,7 @@ FAMILY_NAMES = {"gpt": "GPT / WikiText", "bert": "BERT / Shakespeare", "llama": 
 # Text corpora (data.load_texts) and the one each family trains on unless told otherwise.
 CORPORA = ("wikitext", "shakespeare", "stackoverflow")
 FAMILY_CORPUS = {"gpt": "wikitext", "bert": "shakespeare", "llama": "stackoverflow"}
+CORPUS_NAMES = {"wikitext": "WikiText", "shakespeare": "Shakespeare", "stackoverflow": "StackOverflow"}
 PEFT_METHODS = ("", "lora")
 PARTITIONS = ("iid", "noniid")
 PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import (ATTACK_NAMES, BASELINES, FAMILIES, FAMILY_NAMES, METHOD_NAMES, METHODS, PARTITION_NAMES,
-                     PARTITIONS)
+from .config import (ATTACK_NAMES, BASELINES, CORPUS_NAMES, FAMILIES, FAMILY_CORPUS, FAMILY_NAMES, METHOD_NAMES,
+                     METHODS, PARTITION_NAMES, PARTITIONS)
 from .runfiles import read_records
 from .stats import auc, best_checkpoint, detection_rates, finite_loss, mean_std, recovery, t_interval
 
@@ -78,7 +78,10 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
             "activation_round": active[0] if active else None,
             "early_best": _early_best(trained, active[0]) if active else None,
             "curve": [(r["round"], _ppl(finite_loss(r))) for r in records],
-            "n_parameters": meta.get("n_parameters"), "data_source": meta.get("data_source"),
+            "corpus": config.get("corpus") or FAMILY_CORPUS[config["family"]],
+            "pretrain_corpus": config.get("pretrain_corpus", ""), "peft": config.get("peft", ""),
+            "n_parameters": meta.get("n_parameters"), "payload_parameters": meta.get("payload_parameters"),
+            "data_source": meta.get("data_source"),
             "eval_positions": meta.get("eval_positions"),
             "code_source": code.get("source", "unknown"), "code_commit": code.get("commit"),
             "code_dirty": code.get("dirty"), "code_version": code.get("version"),
@@ -235,8 +238,12 @@ def _stat(runs, metric, kind):
 
 def family_label(family: str, runs: list[dict]) -> str:
     """'GPT / WikiText' etc., or 'GPT / synthetic corpus' when the runs used the generated corpus."""
+    model = FAMILY_NAMES[family].split(" /")[0]
     if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
-        return f"{FAMILY_NAMES[family].split(' /')[0]} / synthetic corpus"
+        return f"{model} / synthetic corpus"
+    if runs and runs[0].get("pretrain_corpus"):   # the fine-tuning scenario (finetune.py)
+        return (f"{model} / {CORPUS_NAMES[runs[0]['corpus']]}, {runs[0]['peft'] or 'full'} fine-tuning of a "
+                f"{CORPUS_NAMES[runs[0]['pretrain_corpus']]} base")
     return FAMILY_NAMES[family]
 
 
