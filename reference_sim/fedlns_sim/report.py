@@ -242,7 +242,8 @@ def family_label(family: str, runs: list[dict]) -> str:
     if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
         return f"{model} / synthetic corpus"
     if runs and runs[0].get("pretrain_corpus"):   # the fine-tuning scenario (finetune.py)
-        return (f"{model} / {CORPUS_NAMES[runs[0]['corpus']]}, {runs[0]['peft'] or 'full'} fine-tuning of a "
+        peft = {"lora": "LoRA", "": "full"}.get(runs[0]["peft"], runs[0]["peft"])
+        return (f"{model} / {CORPUS_NAMES[runs[0]['corpus']]}, {peft} fine-tuning of a "
                 f"{CORPUS_NAMES[runs[0]['pretrain_corpus']]} base")
     return FAMILY_NAMES[family]
 
