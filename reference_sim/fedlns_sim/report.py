@@ -277,7 +277,8 @@ def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
             if other not in candidates or (label == "FedAvg" and strongest == "fedavg"):
                 continue
             shared = candidates[other][1]
-            row = {"family": family, "partition": partition, "fraction": fraction, "against": label,
+            row = {"family": family, "model": family_label(family, runs), "partition": partition, "fraction": fraction,
+                   "against": label,
                    "baseline": other, "seeds": shared}
             for kind in KINDS:
                 key = "perplexity" if kind == "best" else "last10_perplexity"
@@ -307,7 +308,8 @@ def recovery_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]
                            and (family, partition, fraction, "oracle", s["seed"]) in by_key)
             if not seeds:
                 continue
-            row = {"family": family, "partition": partition, "fraction": fraction, "method": method, "seeds": seeds}
+            row = {"family": family, "model": family_label(family, runs), "partition": partition, "fraction": fraction,
+                   "method": method, "seeds": seeds}
             for kind in KINDS:
                 key = "perplexity" if kind == "best" else "last10_perplexity"
                 triples = [tuple(by_key[(family, partition, fraction, m, seed)][key]
@@ -495,7 +497,7 @@ def paired_markdown(rows: list[dict]) -> str:
              "| Last 10 rounds: mean [95% CI] | FedLNS better |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         n = len(r["seeds"])
-        lines.append(f"| {FAMILY_NAMES[r['family']]} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
+        lines.append(f"| {r['model']} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
                      f"{r['against']} ({METHOD_NAMES[r['baseline']]}) | {n} | {_interval(r['best'])} | "
                      f"{r['best_wins']}/{n} | {_interval(r['last10'])} | {r['last10_wins']}/{n} |")
     return "\n".join(lines) + "\n"
@@ -505,7 +507,7 @@ def recovery_markdown(rows: list[dict]) -> str:
     lines = ["| Model | Partition | Malicious | Method | Seeds | Best: per-seed mean [95% CI] | Best: of means "
              "| Last 10: per-seed mean [95% CI] | Last 10: of means |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {FAMILY_NAMES[r['family']]} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
+        lines.append(f"| {r['model']} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
                      f"{METHOD_NAMES[r['method']]} | {len(r['seeds'])} | {_interval(r['best'], 2)} | "
                      f"{r['best_of_means']:.2f} | {_interval(r['last10'], 2)} | {r['last10_of_means']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -538,7 +540,7 @@ def detection_markdown(summaries: list[dict]) -> str:
                      f"{np.mean(aucs):.3f}" if aucs else "–",
                      str(sum(s["one_component_rounds"] for s in screened)),
                      str(sum(s["singleton_rounds"] for s in screened))]
-        lines.append(f"| {FAMILY_NAMES[family]} | {PARTITION_NAMES[partition]} | {_percent(fraction)} | "
+        lines.append(f"| {family_label(family, runs)} | {PARTITION_NAMES[partition]} | {_percent(fraction)} | "
                      f"{METHOD_NAMES[method]} | {len(runs)} | {_pct(rates['tpr'])} | {_pct(rates['fpr'])} | "
                      f"{_pct(rates['precision'])} | " + " | ".join(extra) + " |")
     return "\n".join(lines) + "\n"
@@ -555,7 +557,7 @@ def timing_markdown(summaries: list[dict]) -> str:
     for (family, method), runs in sorted(_group(summaries, ("family", "method")).items(),
                                          key=lambda item: (FAMILIES.index(item[0][0]), METHODS.index(item[0][1]))):
         parts = [np.mean([s[k] for s in runs]) for k in ("client_time_s", "server_time_s", "eval_time_s")]
-        lines.append(f"| {FAMILY_NAMES[family]} | {METHOD_NAMES[method]} | {len(runs)} | "
+        lines.append(f"| {family_label(family, runs)} | {METHOD_NAMES[method]} | {len(runs)} | "
                      f"{np.mean([s['completed'] for s in runs]):.0f} | {parts[0]:.1f} | {parts[1]:.2f} | "
                      f"{parts[2]:.1f} | {sum(parts):.0f} |")
     return "\n".join(lines) + "\n"
