@@ -19,3 +19,6 @@ sweep --out "$runs"
 #    signature (signature=lora_stats), with the clean run and the oracle of that payload; a folder of their own,
 #    so that the report never mixes the two payloads.
 sweep --methods fedavg,fedlns --set peft_norms=false --set signature=lora_stats --out "$runs-frozen"
+# 3. The LoRA-native signature on the recipe's payload (LoRA + norms): FedLNS only, its own folder (the report
+#    groups runs by method name), to separate the signature from the payload.
+sweep --methods fedlns --set signature=lora_stats --no-references --out "$runs-lorastats"
