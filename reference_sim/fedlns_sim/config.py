@@ -113,7 +113,7 @@ class Config:
     lora_alpha: int = 16
     lora_targets: str = ""                # comma-separated module names; "" = the family's attention projections
     peft_norms: bool = True               # norms trainable and in the payload (fedlns_torch.make_norms_trainable)
-    signature: str = "norms"              # FedLNS's input: norms | lora_stats (experimental, finetune.py)
+    signature: str = "norms"              # FedLNS's input: norms | lora_stats (fedlns_core.experimental.lora_signature)
 
     @property
     def clients_per_round(self) -> int:

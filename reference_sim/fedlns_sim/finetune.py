@@ -113,35 +113,3 @@ def wrap_peft(model: torch.nn.Module, config) -> torch.nn.Module:
     if config.peft_norms:
         lora = make_norms_trainable(lora, model)
     return get_peft_model(model, lora)
-
-
-# ------------------------------------------------- an experimental LoRA-native signature (norms frozen)
-
-LORA_STATS = ".lora_stats."   # key infix of the derived signature entries (selected by make_screener)
-
-
-def lora_signature_view(global_params: dict[str, np.ndarray], client_params: dict) -> tuple[dict, dict]:
-    """FedLNS's input when the payload has no norm: per LoRA module, how much each input and output direction
-    changed, as a compact stand-in for the norm signature (``signature="lora_stats"``, experimental).
-
-    For a module with ``lora_A`` (r, d_in) and ``lora_B`` (d_out, r), a client's entries are the column norms of
-    its change in A (d_in values) and the row norms of its change in B (d_out values); the global view is zeros,
-    so the screener's deltas are these statistics and its bank, median/MAD and mixture run unchanged. Only the
-    decision is taken from this view: the round is aggregated from the real payloads.
-    """
-    modules = sorted(key[: -len(".lora_A.weight")] for key in global_params if key.endswith(".lora_A.weight"))
-    if not modules:
-        raise ValueError("signature='lora_stats' needs LoRA entries (…lora_A.weight / …lora_B.weight) in the payload")
-
-    def stats(params):
-        out = {}
-        for module in modules:
-            a = np.asarray(params[f"{module}.lora_A.weight"], dtype=np.float64)
-            b = np.asarray(params[f"{module}.lora_B.weight"], dtype=np.float64)
-            out[f"{module}{LORA_STATS}A"] = np.linalg.norm(a - global_params[f"{module}.lora_A.weight"], axis=0)
-            out[f"{module}{LORA_STATS}B"] = np.linalg.norm(b - global_params[f"{module}.lora_B.weight"], axis=1)
-        return out
-
-    clients = {client: stats(params) for client, params in client_params.items()}
-    zeros = {key: np.zeros_like(value) for key, value in next(iter(clients.values())).items()}
-    return zeros, clients

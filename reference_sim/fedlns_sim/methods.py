@@ -33,11 +33,10 @@ def make_screener(config):
     """The FedLNS screener of a run (None for the other methods)."""
     if not config.method.startswith("fedlns"):
         return None
-    from fedlns_core import FedLNS, NormSelector
+    from fedlns_core import FedLNS
+    from fedlns_core.experimental import lora_selector
 
-    from .finetune import LORA_STATS
-
-    selector = NormSelector(patterns=[LORA_STATS.replace(".", r"\.")]) if config.signature == "lora_stats" else None
+    selector = lora_selector() if config.signature == "lora_stats" else None
     return FedLNS(selector=selector, activation_threshold=config.activation_threshold,  # the paper's rule
                   components="two" if config.method == "fedlns_two" else "bic",
                   random_state=stream_seed(config.seed, "screening"))
@@ -76,9 +75,9 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
     """
     if screener is not None:
         if config.signature == "lora_stats":   # decide on a LoRA-native view, aggregate the real payloads
-            from .finetune import lora_signature_view
+            from fedlns_core.experimental import lora_signature
 
-            result = screener.screen(*lora_signature_view(global_params, client_params), num_examples)
+            result = screener.screen(*lora_signature(global_params, client_params), num_examples)
         else:
             result = screener.screen(global_params, client_params, num_examples)
         info = {"active": bool(result.active), "bank_size": int(result.bank_size),

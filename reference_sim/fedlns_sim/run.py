@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from fedlns_core import NormSelector
+from fedlns_core.experimental import lora_signature
 
 from . import finetune, runfiles
 from .attacks import make_attack
@@ -146,7 +147,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             ages = [t - seen for seen in last_seen.values()]
             outcome.info["bank_age"] = {"median": float(np.median(ages)), "max": int(max(ages))}
             if config.record_signatures:
-                seen = (finetune.lora_signature_view(global_params, client_params)
+                seen = (lora_signature(global_params, client_params)
                         if config.signature == "lora_stats" else (global_params, client_params))
                 _save_signatures(run_dir, t, *seen, outcome.info["signature_keys"])
         global_params = outcome.params
