@@ -58,3 +58,10 @@ def test_config_round_trips_through_its_json_form_and_names_runs_uniquely():
              for f in ("gpt", "bert") for m in ("fedavg", "fedlns") for s in (100, 200)}
     assert len(names) == 8
     assert make_config("cpu", "gpt", rounds=3).run_name() != make_config("cpu", "gpt").run_name()
+
+
+def test_every_preset_has_sweep_defaults():
+    from fedlns_sim.cli import SWEEP_DEFAULTS
+    from fedlns_sim.config import PRESETS
+
+    assert set(SWEEP_DEFAULTS) == set(PRESETS)   # `fedlns-sim sweep --preset quick` once failed with KeyError

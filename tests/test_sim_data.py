@@ -55,6 +55,7 @@ def test_synthetic_corpus_is_deterministic():
 def test_shared_data_splits_and_paper_tokenizers():
     folder = _shared_data()
     train, test, source = load_texts("gpt", folder)
+    assert load_texts("wikitext", folder) == (train, test, source)   # a family stands for its corpus
     assert "substitution" in source and len(train) > 2000 and len(test) > 2000
     train, test, _ = load_texts("bert", folder)
     total = sum(map(len, train)) + sum(map(len, test))

@@ -15,10 +15,16 @@ from fedlns_torch._convert import (
     tied_keys,
 )
 from fedlns_torch._norms import FrozenNormError, norm_parameter_names, norm_selector
-from fedlns_torch._peft import load_numpy_into_peft_model, make_norms_trainable, peft_state_dict_to_numpy
+from fedlns_torch._peft import (
+    is_peft_model,
+    load_numpy_into_peft_model,
+    make_norms_trainable,
+    peft_state_dict_to_numpy,
+)
 
 __all__ = [
     "FrozenNormError",
+    "is_peft_model",
     "load_numpy_into_model",
     "load_numpy_into_peft_model",
     "make_norms_trainable",

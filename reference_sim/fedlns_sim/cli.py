@@ -28,7 +28,9 @@ SWEEP_DEFAULTS = {
                   methods=METHODS, seeds=PAPER_SEEDS),
     "cpu": dict(families=FAMILIES, partitions=PARTITIONS, fractions=(0.4,), methods=COMPARED,
                 seeds=(100, 200, 300, 400, 500)),
+    "quick": dict(families=FAMILIES, partitions=("iid",), fractions=(0.4,), methods=COMPARED, seeds=(100,)),
     "smoke": dict(families=FAMILIES, partitions=("iid",), fractions=(0.4,), methods=METHODS, seeds=(100,)),
+    "lora": dict(families=("gpt",), partitions=PARTITIONS, fractions=(0.4,), methods=COMPARED, seeds=(100, 200, 300)),
 }
 # The quickstart: per family, FedAvg without and with attackers, FedLNS with them, and the oracle.
 QUICKSTART_CELLS = (("fedavg", 0.0), ("fedavg", 0.4), ("fedlns", 0.4), ("oracle", 0.4))

@@ -39,7 +39,8 @@ def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray
     model.train()
     generator = torch.Generator().manual_seed(stream_seed(seed, "batches", round_index, client))
     torch.manual_seed(stream_seed(seed, "dropout", round_index, client))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]   # all of them, except under PEFT
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
     data = torch.from_numpy(blocks)
     n_examples, losses = 0, []
     for _ in range(config.local_epochs):

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 # The one registry of names: the command line, the sweep, the report and the tests read these.
 FAMILIES = ("gpt", "bert", "llama")
 FAMILY_NAMES = {"gpt": "GPT / WikiText", "bert": "BERT / Shakespeare", "llama": "LLaMA / StackOverflow"}
+# Text corpora (data.load_texts) and the one each family trains on unless told otherwise.
+CORPORA = ("wikitext", "shakespeare", "stackoverflow")
+FAMILY_CORPUS = {"gpt": "wikitext", "bert": "shakespeare", "llama": "stackoverflow"}
+CORPUS_NAMES = {"wikitext": "WikiText", "shakespeare": "Shakespeare", "stackoverflow": "StackOverflow"}
+PEFT_METHODS = ("", "lora")
 PARTITIONS = ("iid", "noniid")
 PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 # Every method, in table order, with its display name.
@@ -96,6 +101,19 @@ class Config:
     device: str = "auto"                  # auto | cpu | cuda
     threads: int = 0                      # torch threads; 0 = leave torch's default
     record_signatures: bool = False       # FedLNS: save every client's signature per round (offline replay)
+    # fine-tuning scenario (finetune.py): a base model pretrained centrally on one corpus, then federated PEFT
+    # fine-tuning on another; clients send the PEFT payload (get_peft_model_state_dict), not the whole model
+    corpus: str = ""                      # the federated clients' corpus; "" = the family's (FAMILY_CORPUS)
+    pretrain_corpus: str = ""             # "" = no base model: train from scratch (the paper)
+    pretrain_steps: int = 0               # central AdamW steps on pretrain_corpus (cached per base model)
+    pretrain_batch_size: int = 16
+    pretrain_learning_rate: float = 2e-3
+    peft: str = ""                        # "" = clients send every weight (the paper) | "lora"
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_targets: str = ""                # comma-separated module names; "" = the family's attention projections
+    peft_norms: bool = True               # norms trainable and in the payload (fedlns_torch.make_norms_trainable)
+    signature: str = "norms"              # FedLNS's input: norms | lora_stats (fedlns_core.experimental.lora_signature)
 
     @property
     def clients_per_round(self) -> int:
@@ -154,6 +172,17 @@ class Config:
             (self.num_clients >= 2 and self.rounds >= 1, "need num_clients >= 2 and rounds >= 1"),
             (self.n_embd % self.n_head == 0, f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}"),
             (self.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {self.device!r}"),
+            (self.corpus in ("", *CORPORA), f"corpus must be one of {CORPORA} (or empty), got {self.corpus!r}"),
+            (self.pretrain_corpus in ("", *CORPORA),
+             f"pretrain_corpus must be one of {CORPORA} (or empty), got {self.pretrain_corpus!r}"),
+            (not self.pretrain_corpus or self.pretrain_steps >= 1, "pretrain_corpus needs pretrain_steps >= 1"),
+            (self.peft in PEFT_METHODS, f"peft must be one of {PEFT_METHODS}, got {self.peft!r}"),
+            (not self.peft or self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}"),
+            (self.signature in ("norms", "lora_stats"), f"signature must be norms or lora_stats, got {self.signature!r}"),
+            (self.signature == "norms" or self.peft == "lora", "signature='lora_stats' needs peft='lora'"),
+            (not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
+             "with peft_norms=false the payload carries no normalization parameter for FedLNS to screen: set "
+             "peft_norms=true (the recipe in docs/peft.md) or signature=lora_stats (experimental)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -218,7 +247,20 @@ SMOKE = {
     "llama": dict(_SMOKE_COMMON, n_kv_head=1, intermediate_size=32),
 }
 
-PRESETS = {"paper": PAPER, "cpu": CPU, "quick": QUICK, "smoke": SMOKE}
+# The fine-tuning scenario at CPU scale (finetune.py): the `cpu` preset's models and federation, a base model
+# pretrained centrally on WikiText, then federated LoRA (+ norms) fine-tuning on another corpus (StackOverflow for
+# the causal models, Tiny Shakespeare for BERT). The learning rate was chosen from FedAvg runs alone (GPT, IID, seeds 11
+# and 12; docs/results/lora/README.md): the lowest clean perplexity among 2e-3, 5e-3 and 1e-2 whose 40% attack costs
+# FedAvg at least 15% at the best checkpoint on both seeds.
+_LORA_COMMON = dict(pretrain_corpus="wikitext", pretrain_steps=2000, pretrain_batch_size=16,
+                    pretrain_learning_rate=2e-3, peft="lora", lora_r=8, lora_alpha=16, learning_rate=1e-2)
+LORA = {
+    "gpt": dict(CPU["gpt"], **_LORA_COMMON, corpus="stackoverflow"),
+    "bert": dict(CPU["bert"], **_LORA_COMMON, corpus="shakespeare"),
+    "llama": dict(CPU["llama"], **_LORA_COMMON, corpus="stackoverflow"),
+}
+
+PRESETS = {"paper": PAPER, "cpu": CPU, "quick": QUICK, "smoke": SMOKE, "lora": LORA}
 
 
 def _check_type(key: str, value, expected: type):

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .config import CORPORA, FAMILY_CORPUS
+
 TOKENIZER_FOLDERS = {"gpt": "gpt2", "bert": "bert-base-uncased", "llama": "llama"}
 IGNORE = -100  # target value of positions without supervision (torch's cross-entropy ignore_index)
 
@@ -110,13 +112,15 @@ def _detokenize_wikitext(line: str) -> str:
     return line.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
 
 
-def load_texts(family: str, data_dir: Path | None, max_train: int = 0, max_eval: int = 0
+def load_texts(corpus: str, data_dir: Path | None, max_train: int = 0, max_eval: int = 0
                ) -> tuple[list[str], list[str], str]:
-    """Training and evaluation documents of a family, and a description of their source."""
+    """Training and evaluation documents of a corpus (see ``config.CORPORA``; a family's name stands for its own
+    corpus), and a description of their source."""
+    corpus = FAMILY_CORPUS.get(corpus, corpus)
     if data_dir is None:
         train, test = synthetic_corpus()
         source = "synthetic corpus (fedlns_sim.data.synthetic_corpus, seed 0)"
-    elif family == "gpt":
+    elif corpus == "wikitext":
         full = data_dir / "wikitext-2-raw"
         partial = data_dir / "wikitext-2-partial"
         if (full / "wiki.train.raw").is_file():
@@ -129,17 +133,17 @@ def load_texts(family: str, data_dir: Path | None, max_train: int = 0, max_eval:
                       "evaluate on the official validation split (tokenized form, detokenized)")
         else:
             raise FileNotFoundError(f"{data_dir}: no wikitext-2-raw/wiki.train.raw or wikitext-2-partial/wiki.test.raw")
-    elif family == "bert":
+    elif corpus == "shakespeare":
         text = (data_dir / "tiny-shakespeare" / "input.txt").read_text(encoding="utf-8")
         cut = text.rfind("\n", 0, int(0.9 * len(text))) + 1    # final 10% of the text is the evaluation split
         train, test = _read_lines_from(text[:cut]), _read_lines_from(text[cut:])
         source = "Tiny Shakespeare: first 90% train, final 10% evaluation"
-    elif family == "llama":
+    elif corpus == "stackoverflow":
         folder = data_dir / "stackoverflow-posts"
         train, test = _read_lines(folder / "train.txt"), _read_lines(folder / "valid.txt")
         source = "StackOverflow posts: train.txt / valid.txt"
     else:
-        raise ValueError(f"unknown family {family!r}")
+        raise ValueError(f"unknown corpus {corpus!r}; one of {CORPORA}")
     if max_train:
         train = train[:max_train]
     if max_eval:
@@ -263,16 +267,22 @@ def mlm_blocks(documents: list[list[int]], block_size: int, cls_id: int, sep_id:
     return np.concatenate([np.full((n, 1), cls_id), body, np.full((n, 1), sep_id)], axis=1).astype(np.int64)
 
 
-def build_corpus(config, data_dir: Path | None, cache_dir: Path) -> Corpus:
-    """Texts -> tokenizer -> blocks, with the limits of the config."""
-    train_texts, eval_texts, source = load_texts(config.family, data_dir, config.max_train_examples,
-                                                 config.max_eval_examples)
-    if config.tokenizer == "bpe":
-        key = hashlib.sha1(json.dumps([config.family, source, config.vocab_size, len(train_texts),
-                                       train_texts[:3]]).encode()).hexdigest()[:12]
-        tokenizer = train_bpe_tokenizer(config.family, train_texts, config.vocab_size,
-                                        cache_dir / f"tokenizer-{config.family}-{key}.json")
-    else:
+def bpe_tokenizer(config, train_texts: list[str], source: str, cache_dir: Path) -> Tokenizer:
+    """The family's small vocabulary trained on ``train_texts`` (cached under a key of the texts and size)."""
+    key = hashlib.sha1(json.dumps([config.family, source, config.vocab_size, len(train_texts),
+                                   train_texts[:3]]).encode()).hexdigest()[:12]
+    return train_bpe_tokenizer(config.family, train_texts, config.vocab_size,
+                               cache_dir / f"tokenizer-{config.family}-{key}.json")
+
+
+def build_corpus(config, data_dir: Path | None, cache_dir: Path, tokenizer: Tokenizer | None = None) -> Corpus:
+    """Texts -> tokenizer -> blocks, with the limits of the config. ``tokenizer`` (a pretrained base model's)
+    replaces the one the config would build."""
+    train_texts, eval_texts, source = load_texts(config.corpus or config.family, data_dir,
+                                                 config.max_train_examples, config.max_eval_examples)
+    if tokenizer is None and config.tokenizer == "bpe":
+        tokenizer = bpe_tokenizer(config, train_texts, source, cache_dir)
+    elif tokenizer is None:
         tokenizer = load_pretrained_tokenizer(config.family, data_dir)
     n_train_needed = config.max_train_blocks * config.block_size if config.max_train_blocks else None
     n_eval_needed = config.eval_batches * config.eval_batch_size * config.block_size
@@ -288,7 +298,7 @@ def build_corpus(config, data_dir: Path | None, cache_dir: Path) -> Corpus:
         train = train[: config.max_train_blocks]
     test = test[: config.eval_batches * config.eval_batch_size]
     if len(train) < config.num_clients or len(test) == 0:
-        raise ValueError(f"{config.family}: {len(train)} training blocks for {config.num_clients} clients and "
+        raise ValueError(f"{config.corpus or config.family}: {len(train)} training blocks for {config.num_clients} clients and "
                          f"{len(test)} evaluation blocks; use more text or a smaller block_size")
     return Corpus(train=train, eval=test, tokenizer=tokenizer, task="mlm" if config.family == "bert" else "causal",
                   source=source)

@@ -34,8 +34,10 @@ def make_screener(config):
     if not config.method.startswith("fedlns"):
         return None
     from fedlns_core import FedLNS
+    from fedlns_core.experimental import lora_selector
 
-    return FedLNS(activation_threshold=config.activation_threshold,  # compositions screen with the paper's rule
+    selector = lora_selector() if config.signature == "lora_stats" else None
+    return FedLNS(selector=selector, activation_threshold=config.activation_threshold,  # the paper's rule
                   components="two" if config.method == "fedlns_two" else "bic",
                   random_state=stream_seed(config.seed, "screening"))
 
@@ -72,7 +74,12 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
     clients, the ceiling of any screening defence.
     """
     if screener is not None:
-        result = screener.screen(global_params, client_params, num_examples)
+        if config.signature == "lora_stats":   # decide on a LoRA-native view, aggregate the real payloads
+            from fedlns_core.experimental import lora_signature
+
+            result = screener.screen(*lora_signature(global_params, client_params), num_examples)
+        else:
+            result = screener.screen(global_params, client_params, num_examples)
         info = {"active": bool(result.active), "bank_size": int(result.bank_size),
                 "n_components": result.n_components,
                 "rejected_reasons": {str(k): v for k, v in result.rejected.items()},

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from fedlns_torch import load_numpy_into_model, tensor_to_numpy
+from fedlns_torch import (is_peft_model, load_numpy_into_model, load_numpy_into_peft_model, peft_state_dict_to_numpy,
+                          tensor_to_numpy)
 
 
 def build_model(config, vocab_size: int) -> torch.nn.Module:
@@ -42,13 +43,19 @@ def build_model(config, vocab_size: int) -> torch.nn.Module:
 
 
 def get_params(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    """Trainable parameters as numpy copies, by state-dict name (tied weights once), through ``fedlns_torch``."""
+    """What a client sends, as numpy copies through ``fedlns_torch``: every parameter by state-dict name (tied
+    weights once), or for a PEFT model its payload (``get_peft_model_state_dict``: adapters and saved norms)."""
+    if is_peft_model(model):
+        return {name: array.copy() for name, array in peft_state_dict_to_numpy(model).items()}
     return {name: tensor_to_numpy(p).copy() for name, p in model.named_parameters()}
 
 
 def set_params(model: torch.nn.Module, params: dict[str, np.ndarray]) -> None:
-    """Load named numpy arrays into the model in place (``fedlns_torch.load_numpy_into_model``)."""
-    load_numpy_into_model(model, params, strict=False)
+    """Load named numpy arrays (as ``get_params`` gives them) into the model in place."""
+    if is_peft_model(model):
+        load_numpy_into_peft_model(model, params)
+    else:
+        load_numpy_into_model(model, params, strict=False)
 
 
 def count_params(model: torch.nn.Module) -> int:

@@ -4,6 +4,7 @@ lines, error bars only where there are several seeds, and an axis that does not 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -47,15 +48,21 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
         return figure, used
 
     def finish(figure, axes, path):
+        width = figure.get_size_inches()[0]
+        for axis in axes:   # long titles (the fine-tuning scenario's) wrap to the panel's width
+            axis.set_title(textwrap.fill(axis.get_title(), width=int(11 * width / len(families))), fontsize=9)
         handles, labels = {}, []
         for axis in axes:   # one legend for the figure: every label once
             for handle, label in zip(*axis.get_legend_handles_labels()):
                 if label not in handles:
                     handles[label] = handle
                     labels.append(label)
+        columns = max(2, min(len(labels), 5, int(width / 1.9)))   # as many legend columns as the width holds
+        rows = -(-len(labels) // columns)
         figure.legend([handles[label] for label in labels], labels, loc="lower center",
-                      ncol=min(len(labels), 5), fontsize=8, frameon=False)
-        figure.tight_layout(rect=(0, 0.1 if len(labels) > 5 else 0.06, 1, 1))
+                      ncol=columns, fontsize=8, frameon=False)
+        height = figure.get_size_inches()[1]   # leave the legend's rows (about 0.2 inch each) below the panels
+        figure.tight_layout(rect=(0, min(0.4, (0.2 * rows + 0.25) / height), 1, 1))
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, dpi=120)
         plt.close(figure)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import (ATTACK_NAMES, BASELINES, FAMILIES, FAMILY_NAMES, METHOD_NAMES, METHODS, PARTITION_NAMES,
-                     PARTITIONS)
+from .config import (ATTACK_NAMES, BASELINES, CORPUS_NAMES, FAMILIES, FAMILY_CORPUS, FAMILY_NAMES, METHOD_NAMES,
+                     METHODS, PARTITION_NAMES, PARTITIONS)
 from .runfiles import read_records
 from .stats import auc, best_checkpoint, detection_rates, finite_loss, mean_std, recovery, t_interval
 
@@ -78,7 +78,10 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
             "activation_round": active[0] if active else None,
             "early_best": _early_best(trained, active[0]) if active else None,
             "curve": [(r["round"], _ppl(finite_loss(r))) for r in records],
-            "n_parameters": meta.get("n_parameters"), "data_source": meta.get("data_source"),
+            "corpus": config.get("corpus") or FAMILY_CORPUS[config["family"]],
+            "pretrain_corpus": config.get("pretrain_corpus", ""), "peft": config.get("peft", ""),
+            "n_parameters": meta.get("n_parameters"), "payload_parameters": meta.get("payload_parameters"),
+            "data_source": meta.get("data_source"),
             "eval_positions": meta.get("eval_positions"),
             "code_source": code.get("source", "unknown"), "code_commit": code.get("commit"),
             "code_dirty": code.get("dirty"), "code_version": code.get("version"),
@@ -235,8 +238,13 @@ def _stat(runs, metric, kind):
 
 def family_label(family: str, runs: list[dict]) -> str:
     """'GPT / WikiText' etc., or 'GPT / synthetic corpus' when the runs used the generated corpus."""
+    model = FAMILY_NAMES[family].split(" /")[0]
     if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
-        return f"{FAMILY_NAMES[family].split(' /')[0]} / synthetic corpus"
+        return f"{model} / synthetic corpus"
+    if runs and runs[0].get("pretrain_corpus"):   # the fine-tuning scenario (finetune.py)
+        peft = {"lora": "LoRA", "": "full"}.get(runs[0]["peft"], runs[0]["peft"])
+        return (f"{model} / {CORPUS_NAMES[runs[0]['corpus']]}, {peft} fine-tuning of a "
+                f"{CORPUS_NAMES[runs[0]['pretrain_corpus']]} base")
     return FAMILY_NAMES[family]
 
 
@@ -269,7 +277,8 @@ def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
             if other not in candidates or (label == "FedAvg" and strongest == "fedavg"):
                 continue
             shared = candidates[other][1]
-            row = {"family": family, "partition": partition, "fraction": fraction, "against": label,
+            row = {"family": family, "model": family_label(family, runs), "partition": partition, "fraction": fraction,
+                   "against": label,
                    "baseline": other, "seeds": shared}
             for kind in KINDS:
                 key = "perplexity" if kind == "best" else "last10_perplexity"
@@ -299,7 +308,8 @@ def recovery_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]
                            and (family, partition, fraction, "oracle", s["seed"]) in by_key)
             if not seeds:
                 continue
-            row = {"family": family, "partition": partition, "fraction": fraction, "method": method, "seeds": seeds}
+            row = {"family": family, "model": family_label(family, runs), "partition": partition, "fraction": fraction,
+                   "method": method, "seeds": seeds}
             for kind in KINDS:
                 key = "perplexity" if kind == "best" else "last10_perplexity"
                 triples = [tuple(by_key[(family, partition, fraction, m, seed)][key]
@@ -487,7 +497,7 @@ def paired_markdown(rows: list[dict]) -> str:
              "| Last 10 rounds: mean [95% CI] | FedLNS better |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         n = len(r["seeds"])
-        lines.append(f"| {FAMILY_NAMES[r['family']]} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
+        lines.append(f"| {r['model']} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
                      f"{r['against']} ({METHOD_NAMES[r['baseline']]}) | {n} | {_interval(r['best'])} | "
                      f"{r['best_wins']}/{n} | {_interval(r['last10'])} | {r['last10_wins']}/{n} |")
     return "\n".join(lines) + "\n"
@@ -497,7 +507,7 @@ def recovery_markdown(rows: list[dict]) -> str:
     lines = ["| Model | Partition | Malicious | Method | Seeds | Best: per-seed mean [95% CI] | Best: of means "
              "| Last 10: per-seed mean [95% CI] | Last 10: of means |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {FAMILY_NAMES[r['family']]} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
+        lines.append(f"| {r['model']} | {PARTITION_NAMES[r['partition']]} | {_percent(r['fraction'])} | "
                      f"{METHOD_NAMES[r['method']]} | {len(r['seeds'])} | {_interval(r['best'], 2)} | "
                      f"{r['best_of_means']:.2f} | {_interval(r['last10'], 2)} | {r['last10_of_means']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -530,7 +540,7 @@ def detection_markdown(summaries: list[dict]) -> str:
                      f"{np.mean(aucs):.3f}" if aucs else "–",
                      str(sum(s["one_component_rounds"] for s in screened)),
                      str(sum(s["singleton_rounds"] for s in screened))]
-        lines.append(f"| {FAMILY_NAMES[family]} | {PARTITION_NAMES[partition]} | {_percent(fraction)} | "
+        lines.append(f"| {family_label(family, runs)} | {PARTITION_NAMES[partition]} | {_percent(fraction)} | "
                      f"{METHOD_NAMES[method]} | {len(runs)} | {_pct(rates['tpr'])} | {_pct(rates['fpr'])} | "
                      f"{_pct(rates['precision'])} | " + " | ".join(extra) + " |")
     return "\n".join(lines) + "\n"
@@ -547,7 +557,7 @@ def timing_markdown(summaries: list[dict]) -> str:
     for (family, method), runs in sorted(_group(summaries, ("family", "method")).items(),
                                          key=lambda item: (FAMILIES.index(item[0][0]), METHODS.index(item[0][1]))):
         parts = [np.mean([s[k] for s in runs]) for k in ("client_time_s", "server_time_s", "eval_time_s")]
-        lines.append(f"| {FAMILY_NAMES[family]} | {METHOD_NAMES[method]} | {len(runs)} | "
+        lines.append(f"| {family_label(family, runs)} | {METHOD_NAMES[method]} | {len(runs)} | "
                      f"{np.mean([s['completed'] for s in runs]):.0f} | {parts[0]:.1f} | {parts[1]:.2f} | "
                      f"{parts[2]:.1f} | {sum(parts):.0f} |")
     return "\n".join(lines) + "\n"

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from fedlns_core import NormSelector
+from fedlns_core.experimental import lora_signature
 
-from . import runfiles
+from . import finetune, runfiles
 from .attacks import make_attack
 from .client import train_client
 from .config import Config
@@ -56,16 +57,23 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
 
     # ---- data, partition, attack
     data_dir = resolve_data_dir(config.data)
-    corpus = build_corpus(config, data_dir, Path(out) / "_cache")
+    cache = Path(out) / "_cache"
+    corpus = build_corpus(config, data_dir, cache, tokenizer=finetune.base_tokenizer(config, data_dir, cache))
     partition = make_partition(config.partition, len(corpus.train), config.num_clients, config.seed)
     malicious = choose_malicious(config.num_clients, config.num_malicious, config.seed)
     attack = make_attack(config.attack, corpus.tokenizer, config)
 
     # ---- model: the same initial weights for every method of a seed
     torch.manual_seed(config.seed)
-    model = build_model(config, corpus.tokenizer.vocab_size).to(device)
+    model = build_model(config, corpus.tokenizer.vocab_size)
+    if config.pretrain_corpus:   # the fine-tuning scenario: start from the (cached) pretrained base model
+        set_params(model, finetune.pretrained_base(config, corpus.tokenizer, data_dir, cache, device))
+    if config.peft:              # clients train and send a PEFT payload; the server holds the same kind of dict
+        torch.manual_seed(config.seed)
+        model = finetune.wrap_peft(model, config)
+    model = model.to(device)
     global_params = get_params(model)
-    norm_keys = frozenset(NormSelector().select(global_params))   # what FedLNS sees; adaptive attacks target it
+    norm_keys = _norm_keys(global_params)   # what FedLNS sees; adaptive attacks target it
     screener = make_screener(config)
     eval_inputs, eval_targets = evaluation_set(corpus.eval, corpus.task, corpus.tokenizer, config.mlm_probability,
                                                config.eval_masks, stream_seed(config.seed, "eval_masks"))
@@ -78,6 +86,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
                                      corpus.tokenizer.special_ids if corpus.task == "mlm" else ())
         record = {"config": config.to_dict(), "data_source": corpus.source, "tokenizer": corpus.tokenizer.name,
                   "vocab_size": corpus.tokenizer.vocab_size, "n_parameters": count_params(model),
+                  "payload_parameters": int(sum(a.size for a in global_params.values())),
                   "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
                   "eval_positions": int((eval_targets != IGNORE).sum()), "unigram_perplexity": unigram,
                   "malicious_clients": sorted(malicious), "device": device, "code": runfiles.code_identity()}
@@ -138,7 +147,9 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             ages = [t - seen for seen in last_seen.values()]
             outcome.info["bank_age"] = {"median": float(np.median(ages)), "max": int(max(ages))}
             if config.record_signatures:
-                _save_signatures(run_dir, t, global_params, client_params, outcome.info["signature_keys"])
+                seen = (lora_signature(global_params, client_params)
+                        if config.signature == "lora_stats" else (global_params, client_params))
+                _save_signatures(run_dir, t, *seen, outcome.info["signature_keys"])
         global_params = outcome.params
 
         # evaluation of the new global model
@@ -161,6 +172,14 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             break
     bar.close()
     return run_dir
+
+
+def _norm_keys(params: dict) -> frozenset:
+    """The normalization entries of the global model (none in a LoRA payload with frozen norms)."""
+    try:
+        return frozenset(NormSelector().select(params))
+    except ValueError:
+        return frozenset()
 
 
 def _save_signatures(run_dir: Path, t: int, global_params: dict, client_params: dict, keys) -> None:

@@ -19,6 +19,7 @@ STREAMS = {
     "eval_masks": 7,     # the fixed MLM masks of the evaluation set
     "screening": 8,      # FedLNS's mixture initialisations
     "attack": 9,         # model-poisoning draws of a round (the Gaussian attack's noise)
+    "pretrain": 10,      # the base model's batch order and masking (fine-tuning scenario)
 }
 
 
