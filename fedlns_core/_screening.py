@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -13,6 +14,7 @@ from ._bank import HistoryBank
 from ._io import read_state, write_state
 from ._mixture import bic_gmm_retain
 from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
+from ._rules import guarded_rule
 from ._settings import PARAMETER_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, flat_signature
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
@@ -163,6 +165,19 @@ class FedLNS:
     random_state : int >= 0, optional
         Seed for the mixtures (and the reservoir). Round ``t`` uses a seed derived from
         ``(random_state, t)``, so decisions are reproducible and survive save/load.
+    retain_rule : {"paper", "guarded"}, default="paper"
+        ``"paper"`` keeps the low-deviation component of the BIC-chosen mixture (Algorithm
+        BICGMMRetain). ``"guarded"`` (not in the paper; measured in ``docs/rules.md``) runs the same
+        mixture but never lets a component of one client decide: that client is rejected only when its
+        score is ``lone_separation`` benign widths above the bank's benign centre (the bank's own
+        scores, standardized like the round), and the mixture is refitted to the others. It removes
+        most false rejections in clean and small rounds; :meth:`for_federation` chooses it.
+    lone_separation : float >= 0, default=3.0
+        ``"guarded"`` only: how far above the bank's benign scores a lone client must lie to be rejected,
+        in standard deviations of those scores.
+    min_separation : float >= 0, default=0.0
+        ``"guarded"`` only: a split into two groups of two or more whose median scores differ by less
+        than this many benign widths keeps everyone (0: the paper's decision stands).
 
     Notes
     -----
@@ -197,7 +212,8 @@ class FedLNS:
                  mad_floor: float = 1e-6, components: str = "bic", reg_covar: float = 1e-4,
                  n_init: int = 5, max_iter: int = 200, ema: float = 0.0, warmup: str = "hold",
                  max_count_ratio: float | None = 10.0, max_clients: int | None = None,
-                 random_state: int | None = None):
+                 random_state: int | None = None, retain_rule: str = "paper", lone_separation: float = 3.0,
+                 min_separation: float = 0.0):
         self.selector = selector
         self.activation_threshold = activation_threshold
         self.mad_floor = mad_floor
@@ -210,8 +226,60 @@ class FedLNS:
         self.max_count_ratio = max_count_ratio
         self.max_clients = max_clients
         self.random_state = random_state
+        self.retain_rule = retain_rule
+        self.lone_separation = lone_separation
+        self.min_separation = min_separation
         self.round_ = 0
         self._bank: HistoryBank | None = None
+
+    @classmethod
+    def for_federation(cls, num_clients: int, clients_per_round: int, malicious_fraction: float,
+                       max_risk: float = 0.01, **settings) -> "FedLNS":
+        """A screener configured for a federation of ``num_clients`` with ``clients_per_round`` per round.
+
+        The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
+        malicious majority stays at most ``max_risk``), and the retain rule is ``"guarded"`` with
+        ``lone_separation=3``: on the synthetic federations of ``docs/rules.md`` (K=10 to 200, 2 to 20 per
+        round, 0-40% malicious) it met every target there, where the paper's rule rejected 4-50% of
+        benign clients in clean rounds. The plan is kept as ``plan_`` (not saved with the screener).
+
+        Parameters
+        ----------
+        num_clients : int
+            Population size K.
+        clients_per_round : int
+            Clients sampled per round, 1 to K.
+        malicious_fraction : float in [0, 0.5)
+            The assumed *upper bound* on the malicious share of the population, not its true value.
+        max_risk : float in (0, 1), default=0.01
+            Accepted probability of a malicious-majority bank at activation.
+        **settings
+            Any other :class:`FedLNS` setting; an explicit ``activation_threshold`` or ``retain_rule``
+            replaces the planned one.
+
+        Examples
+        --------
+        >>> screener = FedLNS.for_federation(20, 4, 0.25, random_state=0)
+        >>> screener.activation_threshold, screener.retain_rule
+        (11, 'guarded')
+        """
+        from ._plan import plan_activation
+
+        if isinstance(clients_per_round, bool) or not isinstance(clients_per_round, numbers.Integral):
+            raise TypeError(f"clients_per_round must be an int, got {clients_per_round!r}")
+        if isinstance(num_clients, bool) or not isinstance(num_clients, numbers.Integral):
+            raise TypeError(f"num_clients must be an int, got {num_clients!r}")
+        if not 1 <= clients_per_round <= num_clients:
+            raise ValueError(f"clients_per_round must be between 1 and num_clients={num_clients}, "
+                             f"got {clients_per_round}")
+        plan = plan_activation(num_clients, malicious_fraction, clients_per_round / num_clients, max_risk)
+        chosen = dict(activation_threshold=plan.threshold, retain_rule="guarded", lone_separation=3.0,
+                      min_separation=0.0)
+        chosen.update(settings)
+        screener = cls(**chosen)
+        screener.validate_params()
+        screener.plan_ = plan
+        return screener
 
     @property
     def bank(self) -> HistoryBank:
@@ -318,23 +386,36 @@ class FedLNS:
         elif not canonical:
             result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
         else:
-            # 4. Scores (eq. client_score) and the mixture (Algorithm BICGMMRetain).
+            # 4. Scores (eq. client_score) and the retain rule: the mixture (Algorithm BICGMMRetain) or
+            #    its guarded form (docs/rules.md), which also reads the bank standardized the same way.
             scores = deviation_scores(features)                               # (N,)
+            mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
+                           n_init=settings["n_init"], max_iter=settings["max_iter"],
+                           random_state=self._round_seed(round_index))
             try:
-                decision = bic_gmm_retain(features, scores, components=settings["components"],
-                                          reg_covar=settings["reg_covar"], n_init=settings["n_init"],
-                                          max_iter=settings["max_iter"], random_state=self._round_seed(round_index))
+                if settings["retain_rule"] == "paper":
+                    decision = bic_gmm_retain(features, scores, **mixture)
+                    labels, n_components, bic = decision.labels, decision.n_components, decision.bic
+                    reasons = [self._screened_reason(decision) if label else "" for label in labels]
+                else:
+                    bank_features = standardize(refresh.columns().T, median, mad)     # (B, D)
+                    outcome = guarded_rule(features, bank_features, lone_separation=settings["lone_separation"],
+                                           min_separation=settings["min_separation"], **mixture)
+                    labels, n_components, bic = (~outcome.retained).astype(int), outcome.n_components, outcome.bic
+                    reasons = [f"screened: {reason.removeprefix('guarded: ')}" if reason else ""
+                               for reason in outcome.reasons]
             except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
                 raise ValueError(f"round {round_index} cannot be screened, nothing was changed: {error}") from error
-            label_of = dict(zip(canonical, decision.labels.tolist()))
+            label_of = dict(zip(canonical, labels.tolist()))
+            reason_of = dict(zip(canonical, reasons))
             retained = tuple(client_id for client_id in valid if label_of[client_id] == 0)
             for client_id in valid:
                 if label_of[client_id] != 0:
-                    rejected[client_id] = self._screened_reason(decision)
+                    rejected[client_id] = reason_of[client_id]
             result = ScreeningResult(
                 active=True, retained=retained, rejected=rejected,
                 scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
-                n_components=decision.n_components, bic=decision.bic or None,
+                n_components=n_components, bic=bic or None,
                 labels={client_id: label_of[client_id] for client_id in valid},
                 **self._weighting(retained, counts, settings["max_count_ratio"]), **common)
 
