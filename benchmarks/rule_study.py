@@ -38,14 +38,15 @@ import numpy as np
 
 from fedlns_core import __version__
 from fedlns_core._robust import deviation_scores, median_mad, standardize
-from fedlns_core._rules import (bank_mixture_rule, benign_spread, fresh_entries, paper_rule, peeled, score_rule,
-                                separated)
+from fedlns_core._rules import (bank_mixture_rule, benign_spread, fresh_entries, guarded_rule, paper_rule, peeled,
+                                score_rule, separated)
 from fedlns_core._synthetic import SyntheticFederation
 
 SIZES = ((200, 20), (50, 5), (20, 4), (10, 2))
 FRACTIONS = (0.0, 0.1, 0.25, 0.4)
 SCENARIOS = [(noise, fraction) for noise in ("gauss", "t3") for fraction in FRACTIONS] + [("decoy", 0.25)]
 SEPARATIONS = (2, 3, 4)
+GUARDS = ((3, 0), (3, 1), (3, 2), (4, 0), (4, 1))   # (lone_separation, min_separation) of the guarded rule
 ROUNDS = 25
 MAD_FLOOR = 1e-6
 DECOY_SHIFT = 8.0
@@ -63,6 +64,7 @@ def variant_names() -> list[str]:
     names += ["bank"] + [f"bank+sep{s}" for s in SEPARATIONS]
     names += [f"peel(paper+sep{s})" for s in SEPARATIONS] + [f"peel(bank+sep{s})" for s in SEPARATIONS]
     names += ["age"]
+    names += [f"guarded(L{l},S{s})" for l, s in GUARDS]
     return names
 
 
@@ -84,6 +86,9 @@ def judge(features, bank_features, aged_features, seed) -> dict[str, np.ndarray]
             lambda rows, s=s: separated(paper_rule(rows, random_state=seed), rows, spread, s), features).retained
         out[f"peel(bank+sep{s})"] = bank_mixture_rule(features, bank_features, min_separation=s, peel_steps=3,
                                                       random_state=seed).retained
+    for lone, gap in GUARDS:
+        out[f"guarded(L{lone},S{gap})"] = guarded_rule(features, bank_features, lone_separation=lone,
+                                                       min_separation=gap, random_state=seed).retained
     return out
 
 
