@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for n_clients, per_round, bound, fraction, min_tpr, max_fpr in TARGETS:
         target = (f"TPR >= {min_tpr}, " if min_tpr else "") + f"FPR <= {max_fpr}"
-        for rule in ("guarded", "paper"):
+        for rule in ("picked", "paper"):
             counts = [measure(n_clients, per_round, bound, fraction, seed, args.rounds, rule) for seed in args.seeds]
             tp, fn, fp, tn = (sum(c[k] for c in counts) for k in range(4))
             tpr, fpr = rate(tp, fn), rate(fp, tn)
@@ -61,7 +61,9 @@ def main(argv=None) -> int:
             seed_fpr = [rate(c[2], c[3]) for c in counts]
             met = fpr <= max_fpr and (min_tpr is None or tpr >= min_tpr)
             tpr_text = "--" if tpr is None else f"{tpr:.3f} ({min(seed_tpr):.2f}-{max(seed_tpr):.2f})"
-            name = "`for_federation` (guarded)" if rule == "guarded" else "paper rule, same threshold"
+            picked = FedLNS.for_federation(n_clients, per_round, bound)
+            name = (f"`for_federation` ({picked.retain_rule}, min_separation {picked.min_separation:g})"
+                    if rule == "picked" else "paper rule, same threshold")
             print(f"| {n_clients} | {per_round} | {bound:.0%} | {fraction:.0%} | {target} | {name} | {tpr_text} | "
                   f"{fpr:.3f} ({min(seed_fpr):.3f}-{max(seed_fpr):.3f}) | {'yes' if met else 'no'} |", flush=True)
     return 0

@@ -1,8 +1,8 @@
 """Retain rules for small and clean rounds, measured against the paper's rule (issue 10).
 
 ``benchmarks/rule_study.py`` compares them on synthetic federations and ``docs/rules.md`` holds the
-table. The winner, :func:`guarded_rule`, is :class:`FedLNS`'s ``retain_rule="guarded"``; the others stay
-here as the study's candidates. Every rule takes the round's bank-standardized features ``Z``
+table. The winners are :class:`FedLNS`'s ``retain_rule`` options (:func:`bank_rule` maps the names); the
+others stay here as the study's candidates. Every rule takes the round's bank-standardized features ``Z``
 (eq. ``z_full``, shape (N, D)) and, where it needs them, the bank's own entries standardized against
 the same bank reference (shape (B, D); the round's clients are among them, since the bank is refreshed
 before screening), and returns which rows to keep and why the others go.
@@ -201,13 +201,30 @@ def guarded_rule(features: np.ndarray, bank_features: np.ndarray, *, lone_separa
             excess = (scores[lone] - center) / width
             if excess >= lone_separation:
                 rejected[lone] = True
-                reasons[lone] = f"guarded: lone client {excess:.2g} benign widths above the bank's centre"
+                reasons[lone] = f"lone client {excess:.2g} benign widths above the bank's centre"
             active = active[active != lone]
             continue
         gap = (float(np.median(scores[active][other])) - float(np.median(scores[active][~other]))) / width
         if gap >= min_separation:
             rejected[active[other]] = True
             for row in active[other]:
-                reasons[row] = f"guarded: high-deviation group ({gap:.2g} benign widths apart)"
+                reasons[row] = f"high-deviation group ({gap:.2g} benign widths apart)"
         break
     return RuleOutcome(~rejected, tuple(reasons), n_components, bic=bic)
+
+
+def bank_rule(name: str, features: np.ndarray, bank_features: np.ndarray, *, lone_separation: float,
+              min_separation: float, random_state: int | None = None, **mixture) -> RuleOutcome:
+    """The retain rules of :class:`FedLNS` that read the bank (``retain_rule`` other than ``"paper"``)."""
+    if name == "guarded":
+        return guarded_rule(features, bank_features, lone_separation=lone_separation,
+                            min_separation=min_separation, random_state=random_state, **mixture)
+    if name == "peeled":
+        spread = benign_spread(bank_features, random_state=random_state)
+        return peeled(lambda rows: separated(paper_rule(rows, random_state=random_state, **mixture), rows, spread,
+                                             min_separation), features)
+    if name == "bank":
+        mixture.pop("components", None)          # the bank's mixture always compares one and two components
+        return bank_mixture_rule(features, bank_features, min_separation=min_separation,
+                                 random_state=random_state, **mixture)
+    raise ValueError(f"unknown retain rule {name!r}")

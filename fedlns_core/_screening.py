@@ -14,7 +14,7 @@ from ._bank import HistoryBank
 from ._io import read_state, write_state
 from ._mixture import bic_gmm_retain
 from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
-from ._rules import guarded_rule
+from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, flat_signature
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
@@ -126,6 +126,18 @@ class ScreeningResult:
         }
 
 
+#: The retain rule ``FedLNS.for_federation`` picks, by clients per round: (largest round size, settings).
+#: Each entry is the rule study's choice (``benchmarks/rule_study.py``, made on its selection seeds by a
+#: rule fixed in advance, docs/rules.md) at the measured size it covers: 2, 4, 5, 10 and 20 per round.
+RULE_BY_ROUND_SIZE: tuple = (
+    (2, dict(retain_rule="bank", min_separation=0.0)),                          # measured at K=10, 2 per round
+    (4, dict(retain_rule="peeled", min_separation=3.0)),                        # K=20, 4 per round
+    (7, dict(retain_rule="peeled", min_separation=2.0)),                        # K=50, 5 per round
+    (14, dict(retain_rule="guarded", lone_separation=3.0, min_separation=1.0)),  # K=100, 10 per round
+    (None, dict(retain_rule="guarded", lone_separation=3.0, min_separation=0.0)),  # K=200, 20 per round
+)
+
+
 class FedLNS:
     """Screen federated client models by their normalization-layer changes (FedLNS).
 
@@ -165,19 +177,30 @@ class FedLNS:
     random_state : int >= 0, optional
         Seed for the mixtures (and the reservoir). Round ``t`` uses a seed derived from
         ``(random_state, t)``, so decisions are reproducible and survive save/load.
-    retain_rule : {"paper", "guarded"}, default="paper"
+    retain_rule : {"paper", "guarded", "peeled", "bank"}, default="paper"
         ``"paper"`` keeps the low-deviation component of the BIC-chosen mixture (Algorithm
-        BICGMMRetain). ``"guarded"`` (not in the paper; measured in ``docs/rules.md``) runs the same
-        mixture but never lets a component of one client decide: that client is rejected only when its
-        score is ``lone_separation`` benign widths above the bank's benign centre (the bank's own
-        scores, standardized like the round), and the mixture is refitted to the others. It removes
-        most false rejections in clean and small rounds; :meth:`for_federation` chooses it.
+        BICGMMRetain). The others are not in the paper; they were measured against it in
+        ``docs/rules.md`` and read the bank's own scores (bank entries standardized like the round),
+        whose benign part gives a width to measure separations in:
+
+        * ``"guarded"``: the paper's mixture, but a component of one client never decides: that client
+          is rejected only when its score is ``lone_separation`` benign widths above the bank's benign
+          centre, and the mixture is refitted to the others;
+        * ``"peeled"``: the paper's mixture, applied again to the clients it kept until it rejects no
+          one, each split undone when the groups' median scores are less than ``min_separation`` benign
+          widths apart (an extreme decoy cannot hide moderate attackers);
+        * ``"bank"``: the round's clients judged against a one-vs-two-component mixture of the bank's
+          scores (hundreds of points, however small the round), a split of the bank closer than
+          ``min_separation`` widths ignored.
+
+        They remove most false rejections in clean and small rounds; :meth:`for_federation` picks one
+        by round size.
     lone_separation : float >= 0, default=3.0
         ``"guarded"`` only: how far above the bank's benign scores a lone client must lie to be rejected,
         in standard deviations of those scores.
     min_separation : float >= 0, default=0.0
-        ``"guarded"`` only: a split into two groups of two or more whose median scores differ by less
-        than this many benign widths keeps everyone (0: the paper's decision stands).
+        ``"guarded"``, ``"peeled"`` and ``"bank"``: a split whose groups' median scores differ by less than
+        this many benign widths keeps everyone (for ``"guarded"``, splits into groups of two or more).
 
     Notes
     -----
@@ -238,10 +261,11 @@ class FedLNS:
         """A screener configured for a federation of ``num_clients`` with ``clients_per_round`` per round.
 
         The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
-        malicious majority stays at most ``max_risk``), and the retain rule is ``"guarded"`` with
-        ``lone_separation=3``: on the synthetic federations of ``docs/rules.md`` (K=10 to 200, 2 to 20 per
-        round, 0-40% malicious) it met every target there, where the paper's rule rejected 4-50% of
-        benign clients in clean rounds. The plan is kept as ``plan_`` (not saved with the screener).
+        malicious majority stays at most ``max_risk``), and the retain rule is the one that won the rule
+        study of ``docs/rules.md`` for the nearest measured round size (:data:`RULE_BY_ROUND_SIZE`: the
+        ``"bank"`` rule for 2 per round, ``"peeled"`` for 3 to 7, ``"guarded"`` from 8). On those synthetic
+        federations the paper's rule rejected 4-50% of benign clients in clean rounds. The plan is kept
+        as ``plan_`` (not saved with the screener).
 
         Parameters
         ----------
@@ -260,8 +284,8 @@ class FedLNS:
         Examples
         --------
         >>> screener = FedLNS.for_federation(20, 4, 0.25, random_state=0)
-        >>> screener.activation_threshold, screener.retain_rule
-        (11, 'guarded')
+        >>> screener.activation_threshold, screener.retain_rule, screener.min_separation
+        (11, 'peeled', 3.0)
         """
         from ._plan import plan_activation
 
@@ -273,8 +297,8 @@ class FedLNS:
             raise ValueError(f"clients_per_round must be between 1 and num_clients={num_clients}, "
                              f"got {clients_per_round}")
         plan = plan_activation(num_clients, malicious_fraction, clients_per_round / num_clients, max_risk)
-        chosen = dict(activation_threshold=plan.threshold, retain_rule="guarded", lone_separation=3.0,
-                      min_separation=0.0)
+        rule = next(rule for largest, rule in RULE_BY_ROUND_SIZE if largest is None or clients_per_round <= largest)
+        chosen = dict(activation_threshold=plan.threshold, **rule)
         chosen.update(settings)
         screener = cls(**chosen)
         screener.validate_params()
@@ -387,7 +411,7 @@ class FedLNS:
             result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
         else:
             # 4. Scores (eq. client_score) and the retain rule: the mixture (Algorithm BICGMMRetain) or
-            #    its guarded form (docs/rules.md), which also reads the bank standardized the same way.
+            #    one of the rules of docs/rules.md, which also read the bank standardized the same way.
             scores = deviation_scores(features)                               # (N,)
             mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
                            n_init=settings["n_init"], max_iter=settings["max_iter"],
@@ -399,11 +423,11 @@ class FedLNS:
                     reasons = [self._screened_reason(decision) if label else "" for label in labels]
                 else:
                     bank_features = standardize(refresh.columns().T, median, mad)     # (B, D)
-                    outcome = guarded_rule(features, bank_features, lone_separation=settings["lone_separation"],
-                                           min_separation=settings["min_separation"], **mixture)
+                    outcome = bank_rule(settings["retain_rule"], features, bank_features,
+                                        lone_separation=settings["lone_separation"],
+                                        min_separation=settings["min_separation"], **mixture)
                     labels, n_components, bic = (~outcome.retained).astype(int), outcome.n_components, outcome.bic
-                    reasons = [f"screened: {reason.removeprefix('guarded: ')}" if reason else ""
-                               for reason in outcome.reasons]
+                    reasons = [f"screened: {reason}" if reason else "" for reason in outcome.reasons]
             except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
                 raise ValueError(f"round {round_index} cannot be screened, nothing was changed: {error}") from error
             label_of = dict(zip(canonical, labels.tolist()))

@@ -1,4 +1,5 @@
-"""The guarded retain rule (``FedLNS(retain_rule="guarded")``) and ``FedLNS.for_federation`` (issue 10).
+"""The retain rules that read the bank (``FedLNS(retain_rule="guarded" | "peeled" | "bank")``) and
+``FedLNS.for_federation`` (issue 10).
 
 The targets are the issue's, checked on federations of the kind in ``tests/test_scenarios.py`` at seeds the
 rule study (``benchmarks/rule_study.py``) and ``benchmarks/rule_targets.py`` did not use.
@@ -8,7 +9,9 @@ import numpy as np
 import pytest
 
 from fedlns_core import FedLNS, plan_activation, standardize
-from fedlns_core._rules import benign_reference, guarded_rule
+from fedlns_core._rules import (bank_mixture_rule, bank_rule, benign_reference, benign_spread, guarded_rule,
+                                paper_rule, peeled, separated)
+from fedlns_core._screening import RULE_BY_ROUND_SIZE
 from fedlns_core._signature import flat_signature
 from fedlns_core._synthetic import SyntheticFederation
 
@@ -59,7 +62,17 @@ def test_for_federation_uses_the_plan():
     plan = plan_activation(50, 0.2, 5 / 50, max_risk=0.05)
     assert screener.plan_ == plan
     assert screener.activation_threshold == plan.threshold
-    assert (screener.retain_rule, screener.lone_separation, screener.random_state) == ("guarded", 3.0, 3)
+    assert (screener.retain_rule, screener.min_separation, screener.random_state) == ("peeled", 2.0, 3)
+
+
+@pytest.mark.parametrize("per_round, rule, separation", [
+    (1, "bank", 0.0), (2, "bank", 0.0), (3, "peeled", 3.0), (4, "peeled", 3.0), (5, "peeled", 2.0),
+    (7, "peeled", 2.0), (8, "guarded", 1.0), (10, "guarded", 1.0), (14, "guarded", 1.0), (15, "guarded", 0.0),
+    (20, "guarded", 0.0), (100, "guarded", 0.0)])
+def test_for_federation_picks_the_rule_measured_for_the_round_size(per_round, rule, separation):
+    screener = FedLNS.for_federation(200, per_round, 0.2)
+    assert (screener.retain_rule, screener.min_separation) == (rule, separation)
+    assert RULE_BY_ROUND_SIZE[-1][0] is None
 
 
 def test_for_federation_settings_override_the_choice():
@@ -80,7 +93,7 @@ def test_for_federation_errors_say_what_to_change(args, error, match):
 
 
 def test_for_federation_rejects_an_unknown_setting():
-    with pytest.raises(ValueError, match="retain_rule must be one of 'paper', 'guarded'"):
+    with pytest.raises(ValueError, match="retain_rule must be one of 'paper', 'guarded', 'peeled', 'bank'"):
         FedLNS.for_federation(20, 4, 0.25, retain_rule="median")
 
 
@@ -119,6 +132,23 @@ def test_min_separation_undoes_only_close_groups():
     assert guarded_rule(features, bank, min_separation=1e6, random_state=0).retained.all()
 
 
+def test_bank_rule_names_the_study_rules():
+    rng = np.random.default_rng(4)
+    bank = rng.standard_normal((120, 30))
+    bank[:30] += 2.0
+    features = np.vstack([rng.standard_normal((5, 30)), bank[:2]])
+    spread = benign_spread(bank, random_state=2)
+    expected_peeled = peeled(lambda rows: separated(paper_rule(rows, random_state=2), rows, spread, 2.0), features)
+    got = bank_rule("peeled", features, bank, lone_separation=3.0, min_separation=2.0, random_state=2)
+    np.testing.assert_array_equal(got.retained, expected_peeled.retained)
+    got = bank_rule("bank", features, bank, lone_separation=3.0, min_separation=1.0, random_state=2, components="bic")
+    np.testing.assert_array_equal(got.retained, bank_mixture_rule(features, bank, min_separation=1.0,
+                                                                  random_state=2).retained)
+    assert got.retained.tolist() == [True] * 5 + [False] * 2
+    with pytest.raises(ValueError, match="unknown retain rule"):
+        bank_rule("median", features, bank, lone_separation=3.0, min_separation=0.0)
+
+
 def test_guarded_rule_does_not_mutate_inputs():
     rng = np.random.default_rng(9)
     features, bank = rng.standard_normal((6, 20)), rng.standard_normal((40, 20))
@@ -128,20 +158,20 @@ def test_guarded_rule_does_not_mutate_inputs():
     np.testing.assert_array_equal(bank, copies[1])
 
 
-def test_screener_with_guarded_rule_decides_as_the_rule_does():
+@pytest.mark.parametrize("rule", ["guarded", "peeled", "bank"])
+def test_screener_decides_as_the_rule_does(rule):
     federation = SyntheticFederation(30, 0.3, n_layers=2, width=16, seed=4)
-    screener = FedLNS(activation_threshold=20, random_state=3, retain_rule="guarded", min_separation=1.0)
+    screener = FedLNS(activation_threshold=20, random_state=3, retain_rule=rule, min_separation=1.0)
     for round_index in range(3):
         models, counts = federation.sample_round(round_index, participation=0.5)
-        bank_before = screener.bank
         result = screener.screen(federation.global_params, models, counts)
     assert result.active
     ids = sorted(models)
     signatures = np.array([flat_signature(federation.global_params, models[i], result.signature_keys) for i in ids])
     median, mad = screener.bank.reference_flat(screener.mad_floor)      # the bank after the round = the refresh
     bank_features = standardize(screener.bank._columns[:, :len(screener.bank)].T, median, mad)
-    outcome = guarded_rule(standardize(signatures, median, mad), bank_features, min_separation=1.0,
-                           random_state=screener._round_seed(2))
+    outcome = bank_rule(rule, standardize(signatures, median, mad), bank_features, lone_separation=3.0,
+                        min_separation=1.0, random_state=screener._round_seed(2), components="bic")
     assert [i for i, keep in zip(ids, outcome.retained) if keep] == sorted(result.retained)
     assert set(result.rejected) == {i for i, keep in zip(ids, outcome.retained) if not keep}
     assert all(reason.startswith("screened: ") for reason in result.rejected.values())
@@ -157,7 +187,7 @@ def test_guarded_settings_survive_save_and_load(tmp_path):
     assert loaded.get_params() == screener.get_params()
 
 
-@pytest.mark.parametrize("name, value", [("retain_rule", "bank"), ("lone_separation", -1.0),
+@pytest.mark.parametrize("name, value", [("retain_rule", "median"), ("lone_separation", -1.0),
                                          ("min_separation", float("nan"))])
 def test_guarded_settings_are_validated(name, value):
     with pytest.raises(ValueError, match=name):
