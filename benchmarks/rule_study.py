@@ -4,7 +4,11 @@ Run (writes raw counts, then the table from those files only)::
 
     python benchmarks/rule_study.py --seeds 0 1 2 3 4 --out docs/rules/selection.json
     python benchmarks/rule_study.py --seeds 100 101 102 103 104 --out docs/rules/report.json
-    python benchmarks/rule_study.py --table docs/rules/selection.json docs/rules/report.json > docs/rules.md
+    python benchmarks/rule_study.py --table docs/rules/selection.json docs/rules/report.json
+
+(The committed files were measured in two steps: the four sizes above first, then K=100 with 10 per round with
+``--sizes 100x10`` into ``docs/rules/{selection,report}-100x10.json``; ``--table`` joins comma-separated files.
+The first two commands as written now measure all five sizes at once.)
 
 Federations come from ``fedlns_core._synthetic.SyntheticFederation`` (2 blocks x 64 wide, D=640, attack
 shift 1.5 noise scales, as ``tests/test_scenarios.py``). Each round samples N of K clients uniformly,
@@ -38,14 +42,15 @@ import numpy as np
 
 from fedlns_core import __version__
 from fedlns_core._robust import deviation_scores, median_mad, standardize
-from fedlns_core._rules import (bank_mixture_rule, benign_spread, fresh_entries, paper_rule, peeled, score_rule,
-                                separated)
+from fedlns_core._rules import (bank_mixture_rule, benign_spread, fresh_entries, guarded_rule, paper_rule, peeled,
+                                score_rule, separated)
 from fedlns_core._synthetic import SyntheticFederation
 
-SIZES = ((200, 20), (50, 5), (20, 4), (10, 2))
+SIZES = ((200, 20), (100, 10), (50, 5), (20, 4), (10, 2))
 FRACTIONS = (0.0, 0.1, 0.25, 0.4)
 SCENARIOS = [(noise, fraction) for noise in ("gauss", "t3") for fraction in FRACTIONS] + [("decoy", 0.25)]
 SEPARATIONS = (2, 3, 4)
+GUARDS = ((3, 0), (3, 1), (3, 2), (4, 0), (4, 1))   # (lone_separation, min_separation) of the guarded rule
 ROUNDS = 25
 MAD_FLOOR = 1e-6
 DECOY_SHIFT = 8.0
@@ -63,6 +68,7 @@ def variant_names() -> list[str]:
     names += ["bank"] + [f"bank+sep{s}" for s in SEPARATIONS]
     names += [f"peel(paper+sep{s})" for s in SEPARATIONS] + [f"peel(bank+sep{s})" for s in SEPARATIONS]
     names += ["age"]
+    names += [f"guarded(L{l},S{s})" for l, s in GUARDS]
     return names
 
 
@@ -84,6 +90,9 @@ def judge(features, bank_features, aged_features, seed) -> dict[str, np.ndarray]
             lambda rows, s=s: separated(paper_rule(rows, random_state=seed), rows, spread, s), features).retained
         out[f"peel(bank+sep{s})"] = bank_mixture_rule(features, bank_features, min_separation=s, peel_steps=3,
                                                       random_state=seed).retained
+    for lone, gap in GUARDS:
+        out[f"guarded(L{lone},S{gap})"] = guarded_rule(features, bank_features, lone_separation=lone,
+                                                       min_separation=gap, random_state=seed).retained
     return out
 
 
@@ -138,10 +147,10 @@ def provenance() -> dict:
     return {"version": __version__, "commit": commit, "command": " ".join(sys.argv)}
 
 
-def measure(seeds, out_path) -> None:
+def measure(seeds, out_path, sizes=SIZES) -> None:
     records = []
     started = time.time()
-    for n_clients, per_round in SIZES:
+    for n_clients, per_round in sizes:
         for noise, fraction in SCENARIOS:
             for seed in seeds:
                 counts, active = run_scenario(n_clients, per_round, noise, fraction, seed)
@@ -149,7 +158,7 @@ def measure(seeds, out_path) -> None:
                                     active_rounds=active, counts=counts))
                 print(f"K={n_clients} N={per_round} {noise} {fraction} seed {seed}: {active} active rounds "
                       f"({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
-    result = dict(provenance(), seeds=list(seeds), rounds=ROUNDS, sizes=SIZES, records=records)
+    result = dict(provenance(), seeds=list(seeds), rounds=ROUNDS, sizes=list(sizes), records=records)
     os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
     temporary = out_path + ".tmp"
     with open(temporary, "w") as handle:
@@ -212,15 +221,24 @@ def cell(records, variant):
     return text
 
 
+def load(paths: str) -> dict:
+    """One measured file, or several (comma-separated, e.g. sizes measured later) with their records joined."""
+    parts = []
+    for path in paths.split(","):
+        with open(path) as handle:
+            parts.append(json.load(handle))
+    joined = dict(parts[0], records=[r for part in parts for r in part["records"]])
+    joined["commit"] = ",".join(dict.fromkeys(part["commit"][:10] for part in parts))
+    return joined
+
+
 def table(selection_path, report_path) -> str:
-    with open(selection_path) as handle:
-        selection = json.load(handle)
-    with open(report_path) as handle:
-        report = json.load(handle)
+    selection, report = load(selection_path), load(report_path)
     chosen_groups, report_groups = grouped(selection), grouped(report)
     lines = [f"Selection seeds {selection['seeds']}, report seeds {report['seeds']}; {report['rounds']} rounds "
-             f"per federation; fedlns-core {report['version']} at commit {report['commit'][:10] or '?'}.", ""]
-    for n_clients, per_round in SIZES:
+             f"per federation; fedlns-core {report['version']} at commit {report['commit'] or '?'}.", ""]
+    sizes = [size for size in SIZES if any((r["K"], r["N"]) == size for r in report["records"])]
+    for n_clients, per_round in sizes:
         pick = choose(chosen_groups, n_clients, per_round)
         lines += [f"### K={n_clients}, {per_round} per round (activation at {n_clients // 2})", "",
                   f"Chosen on the selection seeds: **{pick}**. Cost on selection / report seeds shown last.", ""]
@@ -246,13 +264,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", help="federation seeds to measure")
     parser.add_argument("--out", help="JSON file for the raw counts")
+    parser.add_argument("--sizes", nargs="+", metavar="KxN", help="only these federation sizes (e.g. 100x10)")
     parser.add_argument("--table", nargs=2, metavar=("SELECTION", "REPORT"),
-                        help="print the markdown table from two measured files")
+                        help="print the markdown table from measured files (each may be a comma-separated list)")
     args = parser.parse_args(argv)
     if args.table:
         print(table(*args.table))
     elif args.seeds and args.out:
-        measure(args.seeds, args.out)
+        sizes = SIZES if not args.sizes else [tuple(int(v) for v in size.split("x")) for size in args.sizes]
+        measure(args.seeds, args.out, sizes)
     else:
         parser.error("give --seeds and --out to measure, or --table SELECTION REPORT")
     return 0

@@ -58,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             message = message.replace(name, flag)
         parser.error(message)
     print(plan.describe())
+    if args.per_round is not None:
+        risk = "" if args.max_risk == 0.01 else f", max_risk={args.max_risk:g}"
+        print(f"screener: FedLNS.for_federation({args.clients}, {args.per_round}, {args.malicious:g}{risk}) "
+              "(this threshold and the guarded retain rule, docs/rules.md)")
     print()
     print(f"{'coverage':>8}  {'bank size':>9}  {'P(malicious-majority bank)':>26}  {'expected rounds':>15}")
     for row in rows:

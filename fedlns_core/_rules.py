@@ -1,7 +1,8 @@
-"""Retain rules for small and clean rounds, measured against the paper's rule (issue 10; prototype).
+"""Retain rules for small and clean rounds, measured against the paper's rule (issue 10).
 
-Not wired into :class:`FedLNS` yet: ``benchmarks/rule_study.py`` compares them on synthetic federations
-and ``docs/rules.md`` holds the table. Every rule takes the round's bank-standardized features ``Z``
+``benchmarks/rule_study.py`` compares them on synthetic federations and ``docs/rules.md`` holds the
+table. The winners are :class:`FedLNS`'s ``retain_rule`` options (:func:`bank_rule` maps the names); the
+others stay here as the study's candidates. Every rule takes the round's bank-standardized features ``Z``
 (eq. ``z_full``, shape (N, D)) and, where it needs them, the bank's own entries standardized against
 the same bank reference (shape (B, D); the round's clients are among them, since the bank is refreshed
 before screening), and returns which rows to keep and why the others go.
@@ -28,6 +29,7 @@ class RuleOutcome:
     reasons: tuple[str, ...]                 # (N,) "" for a retained row
     n_components: int                        # components of the mixture that decided (1 keeps all)
     separation: float | None = None          # gap between the groups in benign spreads, when split
+    bic: dict | None = None                  # BIC(c) of the round's first mixture fit, when one was made
 
     @property
     def rejected(self) -> np.ndarray:
@@ -152,3 +154,77 @@ def fresh_entries(ages: np.ndarray, max_age: int, minimum: int) -> np.ndarray:
     """(f) Bank entries at most ``max_age`` rounds old, or all of them when fewer than ``minimum`` are."""
     fresh = ages <= max_age
     return fresh if fresh.sum() >= minimum else np.ones_like(fresh)
+
+
+def benign_reference(bank_features: np.ndarray, *, random_state: int | None = None, **mixture) -> tuple[float, float]:
+    """Centre and width of the bank's benign deviation scores: the mean and standard deviation of the
+    one-component fit of the B bank scores ``delta`` when BIC prefers one component, else of the lower
+    of two (the attackers' mode, if the bank holds one, is left out). Width floored."""
+    bank_scores = deviation_scores(bank_features)[:, None]                 # (B, 1)
+    if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
+        return float(bank_scores[0, 0]) if bank_scores.size else 0.0, _SPREAD_FLOOR
+    bic_one, bic_two, two = _two_groups(bank_scores, random_state=random_state, **mixture)
+    if bic_one <= bic_two:
+        return float(bank_scores.mean()), max(float(bank_scores.std()), _SPREAD_FLOOR)
+    low = int(np.argmin(two.means_[:, 0]))
+    return float(two.means_[low, 0]), max(float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
+
+
+def guarded_rule(features: np.ndarray, bank_features: np.ndarray, *, lone_separation: float = 3.0,
+                 min_separation: float = 0.0, random_state: int | None = None, **mixture) -> RuleOutcome:
+    """(g) The paper's mixture, with the two splits it gets wrong guarded.
+
+    * A component holding a single client (the BIC's favourite in clean and small rounds: a lone
+      point fits with variance ``reg_covar``) never decides for the others. That client is rejected
+      only if its score lies at least ``lone_separation`` benign widths (:func:`benign_reference`)
+      above the bank's benign centre, kept otherwise; either way it is set aside and the mixture is
+      fitted again to the remaining clients, so a lone point cannot hide a real group.
+    * A split into two groups of two or more is the paper's decision, undone (everyone kept) when the
+      groups' median scores differ by less than ``min_separation`` benign widths (0: never undone).
+    """
+    scores = deviation_scores(features)
+    center, width = benign_reference(bank_features, random_state=random_state)
+    rejected = np.zeros(len(scores), dtype=bool)
+    reasons = [""] * len(scores)
+    active = np.arange(len(scores))
+    n_components, bic = 1, None
+    while active.size >= 2:
+        decision = bic_gmm_retain(features[active], scores[active], random_state=random_state, **mixture)
+        bic = decision.bic if bic is None else bic
+        if decision.n_components == 1:
+            break
+        n_components = 2
+        other = decision.labels == 1
+        if min(other.sum(), (~other).sum()) == 1:
+            lone = active[other] if other.sum() == 1 else active[~other]
+            lone = int(lone[0])
+            excess = (scores[lone] - center) / width
+            if excess >= lone_separation:
+                rejected[lone] = True
+                reasons[lone] = f"lone client {excess:.2g} benign widths above the bank's centre"
+            active = active[active != lone]
+            continue
+        gap = (float(np.median(scores[active][other])) - float(np.median(scores[active][~other]))) / width
+        if gap >= min_separation:
+            rejected[active[other]] = True
+            for row in active[other]:
+                reasons[row] = f"high-deviation group ({gap:.2g} benign widths apart)"
+        break
+    return RuleOutcome(~rejected, tuple(reasons), n_components, bic=bic)
+
+
+def bank_rule(name: str, features: np.ndarray, bank_features: np.ndarray, *, lone_separation: float,
+              min_separation: float, random_state: int | None = None, **mixture) -> RuleOutcome:
+    """The retain rules of :class:`FedLNS` that read the bank (``retain_rule`` other than ``"paper"``)."""
+    if name == "guarded":
+        return guarded_rule(features, bank_features, lone_separation=lone_separation,
+                            min_separation=min_separation, random_state=random_state, **mixture)
+    if name == "peeled":
+        spread = benign_spread(bank_features, random_state=random_state)
+        return peeled(lambda rows: separated(paper_rule(rows, random_state=random_state, **mixture), rows, spread,
+                                             min_separation), features)
+    if name == "bank":
+        mixture.pop("components", None)          # the bank's mixture always compares one and two components
+        return bank_mixture_rule(features, bank_features, min_separation=min_separation,
+                                 random_state=random_state, **mixture)
+    raise ValueError(f"unknown retain rule {name!r}")

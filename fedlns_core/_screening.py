@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -13,6 +14,7 @@ from ._bank import HistoryBank
 from ._io import read_state, write_state
 from ._mixture import bic_gmm_retain
 from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
+from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, flat_signature
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
@@ -124,6 +126,18 @@ class ScreeningResult:
         }
 
 
+#: The retain rule ``FedLNS.for_federation`` picks, by clients per round: (largest round size, settings).
+#: Each entry is the rule study's choice (``benchmarks/rule_study.py``, made on its selection seeds by a
+#: rule fixed in advance, docs/rules.md) at the measured size it covers: 2, 4, 5, 10 and 20 per round.
+RULE_BY_ROUND_SIZE: tuple = (
+    (2, dict(retain_rule="bank", min_separation=0.0)),                          # measured at K=10, 2 per round
+    (4, dict(retain_rule="peeled", min_separation=3.0)),                        # K=20, 4 per round
+    (7, dict(retain_rule="peeled", min_separation=2.0)),                        # K=50, 5 per round
+    (14, dict(retain_rule="guarded", lone_separation=3.0, min_separation=1.0)),  # K=100, 10 per round
+    (None, dict(retain_rule="guarded", lone_separation=3.0, min_separation=0.0)),  # K=200, 20 per round
+)
+
+
 class FedLNS:
     """Screen federated client models by their normalization-layer changes (FedLNS).
 
@@ -163,6 +177,30 @@ class FedLNS:
     random_state : int >= 0, optional
         Seed for the mixtures (and the reservoir). Round ``t`` uses a seed derived from
         ``(random_state, t)``, so decisions are reproducible and survive save/load.
+    retain_rule : {"paper", "guarded", "peeled", "bank"}, default="paper"
+        ``"paper"`` keeps the low-deviation component of the BIC-chosen mixture (Algorithm
+        BICGMMRetain). The others are not in the paper; they were measured against it in
+        ``docs/rules.md`` and read the bank's own scores (bank entries standardized like the round),
+        whose benign part gives a width to measure separations in:
+
+        * ``"guarded"``: the paper's mixture, but a component of one client never decides: that client
+          is rejected only when its score is ``lone_separation`` benign widths above the bank's benign
+          centre, and the mixture is refitted to the others;
+        * ``"peeled"``: the paper's mixture, applied again to the clients it kept until it rejects no
+          one, each split undone when the groups' median scores are less than ``min_separation`` benign
+          widths apart (an extreme decoy cannot hide moderate attackers);
+        * ``"bank"``: the round's clients judged against a one-vs-two-component mixture of the bank's
+          scores (hundreds of points, however small the round), a split of the bank closer than
+          ``min_separation`` widths ignored.
+
+        They remove most false rejections in clean and small rounds; :meth:`for_federation` picks one
+        by round size.
+    lone_separation : float >= 0, default=3.0
+        ``"guarded"`` only: how far above the bank's benign scores a lone client must lie to be rejected,
+        in standard deviations of those scores.
+    min_separation : float >= 0, default=0.0
+        ``"guarded"``, ``"peeled"`` and ``"bank"``: a split whose groups' median scores differ by less than
+        this many benign widths keeps everyone (for ``"guarded"``, splits into groups of two or more).
 
     Notes
     -----
@@ -197,7 +235,8 @@ class FedLNS:
                  mad_floor: float = 1e-6, components: str = "bic", reg_covar: float = 1e-4,
                  n_init: int = 5, max_iter: int = 200, ema: float = 0.0, warmup: str = "hold",
                  max_count_ratio: float | None = 10.0, max_clients: int | None = None,
-                 random_state: int | None = None):
+                 random_state: int | None = None, retain_rule: str = "paper", lone_separation: float = 3.0,
+                 min_separation: float = 0.0):
         self.selector = selector
         self.activation_threshold = activation_threshold
         self.mad_floor = mad_floor
@@ -210,8 +249,61 @@ class FedLNS:
         self.max_count_ratio = max_count_ratio
         self.max_clients = max_clients
         self.random_state = random_state
+        self.retain_rule = retain_rule
+        self.lone_separation = lone_separation
+        self.min_separation = min_separation
         self.round_ = 0
         self._bank: HistoryBank | None = None
+
+    @classmethod
+    def for_federation(cls, num_clients: int, clients_per_round: int, malicious_fraction: float,
+                       max_risk: float = 0.01, **settings) -> "FedLNS":
+        """A screener configured for a federation of ``num_clients`` with ``clients_per_round`` per round.
+
+        The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
+        malicious majority stays at most ``max_risk``), and the retain rule is the one that won the rule
+        study of ``docs/rules.md`` for the nearest measured round size (:data:`RULE_BY_ROUND_SIZE`: the
+        ``"bank"`` rule for 2 per round, ``"peeled"`` for 3 to 7, ``"guarded"`` from 8). On those synthetic
+        federations the paper's rule rejected 4-50% of benign clients in clean rounds. The plan is kept
+        as ``plan_`` (not saved with the screener).
+
+        Parameters
+        ----------
+        num_clients : int
+            Population size K.
+        clients_per_round : int
+            Clients sampled per round, 1 to K.
+        malicious_fraction : float in [0, 0.5)
+            The assumed *upper bound* on the malicious share of the population, not its true value.
+        max_risk : float in (0, 1), default=0.01
+            Accepted probability of a malicious-majority bank at activation.
+        **settings
+            Any other :class:`FedLNS` setting; an explicit ``activation_threshold`` or ``retain_rule``
+            replaces the planned one.
+
+        Examples
+        --------
+        >>> screener = FedLNS.for_federation(20, 4, 0.25, random_state=0)
+        >>> screener.activation_threshold, screener.retain_rule, screener.min_separation
+        (11, 'peeled', 3.0)
+        """
+        from ._plan import plan_activation
+
+        if isinstance(clients_per_round, bool) or not isinstance(clients_per_round, numbers.Integral):
+            raise TypeError(f"clients_per_round must be an int, got {clients_per_round!r}")
+        if isinstance(num_clients, bool) or not isinstance(num_clients, numbers.Integral):
+            raise TypeError(f"num_clients must be an int, got {num_clients!r}")
+        if not 1 <= clients_per_round <= num_clients:
+            raise ValueError(f"clients_per_round must be between 1 and num_clients={num_clients}, "
+                             f"got {clients_per_round}")
+        plan = plan_activation(num_clients, malicious_fraction, clients_per_round / num_clients, max_risk)
+        rule = next(rule for largest, rule in RULE_BY_ROUND_SIZE if largest is None or clients_per_round <= largest)
+        chosen = dict(activation_threshold=plan.threshold, **rule)
+        chosen.update(settings)
+        screener = cls(**chosen)
+        screener.validate_params()
+        screener.plan_ = plan
+        return screener
 
     @property
     def bank(self) -> HistoryBank:
@@ -318,23 +410,36 @@ class FedLNS:
         elif not canonical:
             result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
         else:
-            # 4. Scores (eq. client_score) and the mixture (Algorithm BICGMMRetain).
+            # 4. Scores (eq. client_score) and the retain rule: the mixture (Algorithm BICGMMRetain) or
+            #    one of the rules of docs/rules.md, which also read the bank standardized the same way.
             scores = deviation_scores(features)                               # (N,)
+            mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
+                           n_init=settings["n_init"], max_iter=settings["max_iter"],
+                           random_state=self._round_seed(round_index))
             try:
-                decision = bic_gmm_retain(features, scores, components=settings["components"],
-                                          reg_covar=settings["reg_covar"], n_init=settings["n_init"],
-                                          max_iter=settings["max_iter"], random_state=self._round_seed(round_index))
+                if settings["retain_rule"] == "paper":
+                    decision = bic_gmm_retain(features, scores, **mixture)
+                    labels, n_components, bic = decision.labels, decision.n_components, decision.bic
+                    reasons = [self._screened_reason(decision) if label else "" for label in labels]
+                else:
+                    bank_features = standardize(refresh.columns().T, median, mad)     # (B, D)
+                    outcome = bank_rule(settings["retain_rule"], features, bank_features,
+                                        lone_separation=settings["lone_separation"],
+                                        min_separation=settings["min_separation"], **mixture)
+                    labels, n_components, bic = (~outcome.retained).astype(int), outcome.n_components, outcome.bic
+                    reasons = [f"screened: {reason}" if reason else "" for reason in outcome.reasons]
             except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
                 raise ValueError(f"round {round_index} cannot be screened, nothing was changed: {error}") from error
-            label_of = dict(zip(canonical, decision.labels.tolist()))
+            label_of = dict(zip(canonical, labels.tolist()))
+            reason_of = dict(zip(canonical, reasons))
             retained = tuple(client_id for client_id in valid if label_of[client_id] == 0)
             for client_id in valid:
                 if label_of[client_id] != 0:
-                    rejected[client_id] = self._screened_reason(decision)
+                    rejected[client_id] = reason_of[client_id]
             result = ScreeningResult(
                 active=True, retained=retained, rejected=rejected,
                 scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
-                n_components=decision.n_components, bic=decision.bic or None,
+                n_components=n_components, bic=bic or None,
                 labels={client_id: label_of[client_id] for client_id in valid},
                 **self._weighting(retained, counts, settings["max_count_ratio"]), **common)
 

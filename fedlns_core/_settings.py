@@ -94,6 +94,9 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "max_clients": [Interval("int", 1), None],
     "random_state": [Interval("int", 0, 2**128 - 1), None],
     "max_count_ratio": [Interval("real", 1), None],
+    "retain_rule": [Options(("paper", "guarded", "peeled", "bank"))],
+    "lone_separation": [Interval("real", 0)],
+    "min_separation": [Interval("real", 0)],
 }
 
 

@@ -232,6 +232,7 @@ def test_command_takes_clients_per_round(capsys):
     assert main(["--clients", "20", "--malicious", "0.25", "--per-round", "4", "--coverage", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "activation_threshold = 11" in out and "0.2 of them per round (4)" in out
+    assert "FedLNS.for_federation(20, 4, 0.25)" in out
 
 
 @pytest.mark.parametrize("argv, message", [

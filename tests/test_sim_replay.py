@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 import pytest
 
 pytest.importorskip("torch")
@@ -46,3 +48,25 @@ def test_hypotheses_table_over_recorded_runs(recorded, capsys):
     assert main([str(recorded), "--hypotheses", "--variants", "paper,exclude_round"]) == 0
     table = capsys.readouterr().out
     assert "| gpt | iid | 2 | 1 |" in table and "paper: TPR / FPR / wrong" in table
+
+
+def test_guarded_variant_is_the_screeners_guarded_rule(recorded):
+    from fedlns_core import FedLNS, NormSelector
+    from fedlns_sim.replay import load_signatures
+    from fedlns_sim.runfiles import read_meta
+    from fedlns_sim.seeds import stream_seed
+
+    config = read_meta(recorded)["config"]
+    threshold = int(round(config["activation_coverage"] * config["num_clients"]))
+    screener = FedLNS(activation_threshold=threshold, random_state=stream_seed(config["seed"], "screening"),
+                      retain_rule="guarded", lone_separation=2.0, min_separation=0.5)
+    expected = []
+    for t, (clients, signatures) in sorted(load_signatures(recorded).items()):
+        names = [f"ln.{j:06d}" for j in range(signatures.shape[1])]          # sorted = recorded order
+        screener.selector = NormSelector(keys=names)
+        params = {c: {name: row[j:j + 1] for j, name in enumerate(names)} for c, row in zip(clients, signatures)}
+        result = screener.screen({name: np.zeros(1) for name in names}, params, {c: 1.0 for c in clients})
+        if result.active:
+            expected.append((t, sorted(result.retained)))
+    replayed = [(d["round"], sorted(d["kept"])) for d in replay(recorded, "guarded:2:0.5")]
+    assert replayed == expected and len(expected) >= 5

@@ -10,6 +10,8 @@ labels) or a variant's, without retraining anything. The variants isolate one su
 ``exclude_round``  the reference leaves out this round's fresh entries, so attackers who are a local majority
                    cannot pull the median (hypothesis c)
 ``no_singletons``  a two-component split that isolates a single client keeps everyone (hypothesis d)
+``guarded:L:S``    ``FedLNS(retain_rule="guarded", lone_separation=L, min_separation=S)`` (``guarded`` alone:
+                   L=3, S=0, what ``FedLNS.for_federation`` chooses; docs/rules.md)
 
 A variant left with no bank entry for its reference (e.g. ``exclude_round`` in the first active round) uses the
 paper's reference in that round.
@@ -23,10 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from fedlns_core import bic_gmm_retain, deviation_scores, median_mad, standardize
+from fedlns_core._rules import guarded_rule
 
 from .runfiles import read_meta, read_records
 
-VARIANTS = ("paper", "max_age:A", "exclude_round", "no_singletons")
+VARIANTS = ("paper", "max_age:A", "exclude_round", "no_singletons", "guarded:L:S")
 
 
 def load_signatures(run_dir: Path) -> dict[int, tuple[list[int], np.ndarray]]:
@@ -65,7 +68,7 @@ def replay(run_dir: Path, variant: str = "paper") -> list[dict]:
             entries = [row for c, (written, row) in previous.items()]
         elif name == "max_age":
             entries = [row for written, row in bank.values() if t - written <= int(argument)]
-        elif name in ("paper", "no_singletons"):
+        elif name in ("paper", "no_singletons", "guarded"):
             entries = [row for _, row in bank.values()]
         else:
             raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
@@ -75,8 +78,16 @@ def replay(run_dir: Path, variant: str = "paper") -> list[dict]:
         features = standardize(signatures, median, mad)                   # (N, D)
         scores = deviation_scores(features)
         seed = int(np.random.SeedSequence([random_state, index]).generate_state(1)[0])   # the screener's per round
-        decision = bic_gmm_retain(features, scores, components=components, random_state=seed)
-        labels = decision.labels
+        if name == "guarded":
+            bank_features = standardize(np.stack(entries), median, mad)                # (B, D)
+            lone, _, gap = (argument or "3").partition(":")
+            outcome = guarded_rule(features, bank_features, lone_separation=float(lone),
+                                   min_separation=float(gap or 0.0), components=components, random_state=seed)
+            decision = outcome
+            labels = (~outcome.retained).astype(int)
+        else:
+            decision = bic_gmm_retain(features, scores, components=components, random_state=seed)
+            labels = decision.labels
         if name == "no_singletons" and decision.n_components == 2 and min(labels.sum(), len(labels) - labels.sum()) == 1:
             labels = np.zeros_like(labels)
         record = records.get(t, {})
