@@ -53,16 +53,37 @@ def _two_groups(bank_scores: np.ndarray, *, random_state, reg_covar=1e-4, n_init
     return one.bic(bank_scores), two.bic(bank_scores), two
 
 
+def _bank_groups(bank_features: np.ndarray, *, random_state, **mixture):
+    """The bank's scores ``delta`` (B, 1) and their 1-D mixtures: (scores, BIC(1), BIC(2), (mean, sd) of the
+    lower of the two components), or None when the scores cannot be split (fewer than two, all equal)."""
+    bank_scores = deviation_scores(bank_features)[:, None]                 # (B, 1)
+    if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
+        return None
+    bic_one, bic_two, two = _two_groups(bank_scores, random_state=random_state, **mixture)
+    low = int(np.argmin(two.means_[:, 0]))
+    return bank_scores, bic_one, bic_two, (float(two.means_[low, 0]), float(np.sqrt(two.covariances_[low, 0])))
+
+
 def benign_spread(bank_features: np.ndarray, *, random_state: int | None = None) -> float:
     """Width of the bank's low-deviation group: the standard deviation of the lower component of a
     two-component mixture of the B bank scores ``delta`` (floored). A bank-wide MAD would be inflated by
     the attackers' mode (at 40% malicious it undid most true splits)."""
-    bank_scores = deviation_scores(bank_features)[:, None]
-    if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
-        return _SPREAD_FLOOR
-    two = _two_groups(bank_scores, random_state=random_state)[2]
-    low = int(np.argmin(two.means_[:, 0]))
-    return max(float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
+    groups = _bank_groups(bank_features, random_state=random_state)
+    return _SPREAD_FLOOR if groups is None else max(groups[3][1], _SPREAD_FLOOR)
+
+
+def benign_reference(bank_features: np.ndarray, *, random_state: int | None = None, **mixture) -> tuple[float, float]:
+    """Centre and width of the bank's benign deviation scores: the mean and standard deviation of the
+    one-component fit of the B bank scores ``delta`` when BIC prefers one component, else of the lower
+    of two (the attackers' mode, if the bank holds one, is left out). Width floored."""
+    groups = _bank_groups(bank_features, random_state=random_state, **mixture)
+    if groups is None:
+        scores = deviation_scores(bank_features)
+        return (float(scores[0]) if scores.size else 0.0), _SPREAD_FLOOR
+    bank_scores, bic_one, bic_two, (low_mean, low_sd) = groups
+    if bic_one <= bic_two:
+        return float(bank_scores.mean()), max(float(bank_scores.std()), _SPREAD_FLOOR)
+    return low_mean, max(low_sd, _SPREAD_FLOOR)
 
 
 # ------------------------------------------------------------------------------------------ the rules
@@ -154,20 +175,6 @@ def fresh_entries(ages: np.ndarray, max_age: int, minimum: int) -> np.ndarray:
     """(f) Bank entries at most ``max_age`` rounds old, or all of them when fewer than ``minimum`` are."""
     fresh = ages <= max_age
     return fresh if fresh.sum() >= minimum else np.ones_like(fresh)
-
-
-def benign_reference(bank_features: np.ndarray, *, random_state: int | None = None, **mixture) -> tuple[float, float]:
-    """Centre and width of the bank's benign deviation scores: the mean and standard deviation of the
-    one-component fit of the B bank scores ``delta`` when BIC prefers one component, else of the lower
-    of two (the attackers' mode, if the bank holds one, is left out). Width floored."""
-    bank_scores = deviation_scores(bank_features)[:, None]                 # (B, 1)
-    if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
-        return float(bank_scores[0, 0]) if bank_scores.size else 0.0, _SPREAD_FLOOR
-    bic_one, bic_two, two = _two_groups(bank_scores, random_state=random_state, **mixture)
-    if bic_one <= bic_two:
-        return float(bank_scores.mean()), max(float(bank_scores.std()), _SPREAD_FLOOR)
-    low = int(np.argmin(two.means_[:, 0]))
-    return float(two.means_[low, 0]), max(float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
 
 
 def guarded_rule(features: np.ndarray, bank_features: np.ndarray, *, lone_separation: float = 3.0,
