@@ -72,31 +72,32 @@ def variant_names() -> list[str]:
     return names
 
 
-def judge(features, bank_features, aged_features, seed) -> dict[str, np.ndarray]:
+def judge(features, bank_features, aged_features, seed, solver="sklearn") -> dict[str, np.ndarray]:
     """Retained mask (N,) of every variant for one round."""
+    fit = dict(random_state=seed, solver=solver)
     keep_all = np.ones(features.shape[0], dtype=bool)
-    spread = benign_spread(bank_features, random_state=seed)
-    paper = paper_rule(features, random_state=seed)
-    scores = score_rule(features, random_state=seed)
-    bank = bank_mixture_rule(features, bank_features, random_state=seed)
+    spread = benign_spread(bank_features, **fit)
+    paper = paper_rule(features, **fit)
+    scores = score_rule(features, **fit)
+    bank = bank_mixture_rule(features, bank_features, **fit)
     out = {"paper": paper.retained, "scores": scores.retained, "bank": bank.retained,
-           "age": paper_rule(aged_features, random_state=seed).retained}
+           "age": paper_rule(aged_features, **fit).retained}
     for s in SEPARATIONS:
         out[f"paper+sep{s}"] = separated(paper, features, spread, s).retained
         out[f"scores+sep{s}"] = separated(scores, features, spread, s).retained
         # the same fit as `bank`, with the guard applied: a split below s keeps everyone
         out[f"bank+sep{s}"] = bank.retained if (bank.separation or 0.0) >= s else keep_all
         out[f"peel(paper+sep{s})"] = peeled(
-            lambda rows, s=s: separated(paper_rule(rows, random_state=seed), rows, spread, s), features).retained
+            lambda rows, s=s: separated(paper_rule(rows, **fit), rows, spread, s), features).retained
         out[f"peel(bank+sep{s})"] = bank_mixture_rule(features, bank_features, min_separation=s, peel_steps=3,
-                                                      random_state=seed).retained
+                                                      **fit).retained
     for lone, gap in GUARDS:
         out[f"guarded(L{lone},S{gap})"] = guarded_rule(features, bank_features, lone_separation=lone,
-                                                       min_separation=gap, random_state=seed).retained
+                                                       min_separation=gap, **fit).retained
     return out
 
 
-def run_scenario(n_clients, per_round, noise, fraction, seed):
+def run_scenario(n_clients, per_round, noise, fraction, seed, solver="sklearn"):
     """Counts {variant: [tp, fn, fp, tn]} over the active rounds of one federation."""
     federation = SyntheticFederation(n_clients, fraction, n_layers=2, width=64, seed=seed,
                                      noise_df=3.0 if noise == "t3" else None)
@@ -129,7 +130,7 @@ def run_scenario(n_clients, per_round, noise, fraction, seed):
         aged_features = standardize(signatures, *median_mad(columns[:, fresh], MAD_FLOOR))
         round_seed = int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0])
         attackers = np.array([i in federation.malicious for i in ids])
-        for name, retained in judge(features, bank_features, aged_features, round_seed).items():
+        for name, retained in judge(features, bank_features, aged_features, round_seed, solver).items():
             tally = counts[name]
             tally[0] += int(np.sum(attackers & ~retained))
             tally[1] += int(np.sum(attackers & retained))
@@ -147,13 +148,13 @@ def provenance() -> dict:
     return {"version": __version__, "commit": commit, "command": " ".join(sys.argv)}
 
 
-def measure(seeds, out_path, sizes=SIZES) -> None:
+def measure(seeds, out_path, sizes=SIZES, solver="sklearn") -> None:
     records = []
     started = time.time()
     for n_clients, per_round in sizes:
         for noise, fraction in SCENARIOS:
             for seed in seeds:
-                counts, active = run_scenario(n_clients, per_round, noise, fraction, seed)
+                counts, active = run_scenario(n_clients, per_round, noise, fraction, seed, solver)
                 records.append(dict(K=n_clients, N=per_round, noise=noise, fraction=fraction, seed=seed,
                                     active_rounds=active, counts=counts))
                 print(f"K={n_clients} N={per_round} {noise} {fraction} seed {seed}: {active} active rounds "
@@ -265,6 +266,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", help="federation seeds to measure")
     parser.add_argument("--out", help="JSON file for the raw counts")
     parser.add_argument("--sizes", nargs="+", metavar="KxN", help="only these federation sizes (e.g. 100x10)")
+    parser.add_argument("--solver", choices=("sklearn", "fast"), default="sklearn",
+                        help="mixture solver (default: sklearn, the one docs/rules was measured with)")
     parser.add_argument("--table", nargs=2, metavar=("SELECTION", "REPORT"),
                         help="print the markdown table from measured files (each may be a comma-separated list)")
     args = parser.parse_args(argv)
@@ -272,7 +275,7 @@ def main(argv=None) -> int:
         print(table(*args.table))
     elif args.seeds and args.out:
         sizes = SIZES if not args.sizes else [tuple(int(v) for v in size.split("x")) for size in args.sizes]
-        measure(args.seeds, args.out, sizes)
+        measure(args.seeds, args.out, sizes, args.solver)
     else:
         parser.error("give --seeds and --out to measure, or --table SELECTION REPORT")
     return 0

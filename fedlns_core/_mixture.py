@@ -10,7 +10,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture
 from threadpoolctl import ThreadpoolController
 
+from ._diagmix import DiagonalMixture, fit_diagonal_mixture
+
 _COMPONENTS = ("bic", "two")
+#: Mixture solvers: ``"fast"`` (:func:`fit_diagonal_mixture`, built for N << D) and ``"sklearn"``
+#: (scikit-learn's ``GaussianMixture``, the reference).
+SOLVERS = ("fast", "sklearn")
 _THREADPOOLS = None
 
 
@@ -35,8 +40,19 @@ class MixtureDecision:
 
 
 def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_init: int,
-                max_iter: int, random_state: int | None) -> GaussianMixture:
-    """Diagonal GMM fitted by scikit-learn with k-means initialisation (eqs. ``gmm_density``, ``mle``)."""
+                max_iter: int, random_state: int | None,
+                solver: str = "fast") -> GaussianMixture | DiagonalMixture:
+    """Diagonal GMM with k-means initialisation (eqs. ``gmm_density``, ``mle``) by one of :data:`SOLVERS`.
+
+    Both solvers fit the same model by the same steps (k-means++ seeded Lloyd, EM, tolerance 1e-3, best
+    of ``n_init``); their k-means draws differ, so where starts reach different local optima the chosen
+    fit can differ too (``tests/test_diagmix.py`` counts how often).
+    """
+    if solver == "fast":
+        return fit_diagonal_mixture(features, n_components, reg_covar=reg_covar, n_init=n_init,
+                                    max_iter=max_iter, random_state=random_state)
+    if solver != "sklearn":
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     mixture = GaussianMixture(n_components=n_components, covariance_type="diag", reg_covar=reg_covar,
                               n_init=n_init, max_iter=max_iter, init_params="kmeans",
                               random_state=random_state)
@@ -49,7 +65,7 @@ def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_
 
 def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str = "bic",
                    reg_covar: float = 1e-4, n_init: int = 5, max_iter: int = 200,
-                   random_state: int | None = None) -> MixtureDecision:
+                   random_state: int | None = None, solver: str = "fast") -> MixtureDecision:
     """Choose one or two diagonal Gaussian components by BIC and keep the low-deviation group.
 
     Parameters
@@ -62,9 +78,11 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
         ``"bic"`` compares BIC(1) and BIC(2) (eq. ``choose_c``; ties keep one component);
         ``"two"`` always splits (the paper's ablation).
     reg_covar, n_init, max_iter, random_state
-        Passed to :class:`sklearn.mixture.GaussianMixture`. The one-component fit uses a single
-        initialisation: every k-means start of one cluster is the sample mean, so more starts give the
-        identical fit.
+        Settings of the mixture fits (as :class:`sklearn.mixture.GaussianMixture`'s). The one-component
+        fit uses a single initialisation: every k-means start of one cluster is the sample mean, so more
+        starts give the identical fit.
+    solver : {"fast", "sklearn"}, default="fast"
+        Which implementation fits the mixtures (:func:`fit_mixture`).
 
     Returns
     -------
@@ -74,7 +92,7 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
 
     Notes
     -----
-    BIC is scikit-learn's ``GaussianMixture.bic``: ``-2 log L + p_c log N`` with ``p_c = (c-1) + 2cD``
+    BIC is ``-2 log L + p_c log N`` (scikit-learn's ``GaussianMixture.bic``) with ``p_c = (c-1) + 2cD``
     free parameters for diagonal covariances (eqs. ``bic``, ``num_params``). Two components cannot be
     fitted to fewer than two distinct feature rows; then one component is chosen with either setting
     (there is nothing to split) and everyone is kept.
@@ -89,7 +107,7 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
     if n_clients == 1:                      # scikit-learn fits nothing to one sample: keep the client
         return MixtureDecision(1, {}, np.zeros(1, dtype=int), None, False)
     all_identical = bool((features == features[0]).all())
-    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state)
+    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state, solver=solver)
     bic: dict[int, float] = {}
     if components == "bic":
         bic[1] = float(fit_mixture(features, 1, n_init=1, **fit).bic(features))

@@ -45,9 +45,9 @@ def _keep_all(n_rows: int, n_components: int = 1) -> RuleOutcome:
     return _outcome(np.ones(n_rows, dtype=bool), "", n_components)
 
 
-def _two_groups(bank_scores: np.ndarray, *, random_state, reg_covar=1e-4, n_init=5, max_iter=200):
+def _two_groups(bank_scores: np.ndarray, *, random_state, reg_covar=1e-4, n_init=5, max_iter=200, solver="fast"):
     """One- and two-component 1-D mixtures of the bank's scores (B, 1): (BIC(1), BIC(2), two)."""
-    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state)
+    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state, solver=solver)
     one = fit_mixture(bank_scores, 1, n_init=1, **fit)
     two = fit_mixture(bank_scores, 2, n_init=n_init, **fit)
     return one.bic(bank_scores), two.bic(bank_scores), two
@@ -64,11 +64,11 @@ def _bank_groups(bank_features: np.ndarray, *, random_state, **mixture):
     return bank_scores, bic_one, bic_two, (float(two.means_[low, 0]), float(np.sqrt(two.covariances_[low, 0])))
 
 
-def benign_spread(bank_features: np.ndarray, *, random_state: int | None = None) -> float:
+def benign_spread(bank_features: np.ndarray, *, random_state: int | None = None, **mixture) -> float:
     """Width of the bank's low-deviation group: the standard deviation of the lower component of a
     two-component mixture of the B bank scores ``delta`` (floored). A bank-wide MAD would be inflated by
     the attackers' mode (at 40% malicious it undid most true splits)."""
-    groups = _bank_groups(bank_features, random_state=random_state)
+    groups = _bank_groups(bank_features, random_state=random_state, **mixture)
     return _SPREAD_FLOOR if groups is None else max(groups[3][1], _SPREAD_FLOOR)
 
 
@@ -190,7 +190,8 @@ def guarded_rule(features: np.ndarray, bank_features: np.ndarray, *, lone_separa
       groups' median scores differ by less than ``min_separation`` benign widths (0: never undone).
     """
     scores = deviation_scores(features)
-    center, width = benign_reference(bank_features, random_state=random_state)
+    center, width = benign_reference(bank_features, random_state=random_state,
+                                     solver=mixture.get("solver", "fast"))
     rejected = np.zeros(len(scores), dtype=bool)
     reasons = [""] * len(scores)
     active = np.arange(len(scores))
@@ -227,7 +228,7 @@ def bank_rule(name: str, features: np.ndarray, bank_features: np.ndarray, *, lon
         return guarded_rule(features, bank_features, lone_separation=lone_separation,
                             min_separation=min_separation, random_state=random_state, **mixture)
     if name == "peeled":
-        spread = benign_spread(bank_features, random_state=random_state)
+        spread = benign_spread(bank_features, random_state=random_state, solver=mixture.get("solver", "fast"))
         return peeled(lambda rows: separated(paper_rule(rows, random_state=random_state, **mixture), rows, spread,
                                              min_separation), features)
     if name == "bank":

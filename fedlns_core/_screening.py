@@ -163,6 +163,11 @@ class FedLNS:
         k-means-initialised restarts of the two-component mixture.
     max_iter : int, default=200
         EM iterations per mixture fit.
+    mixture_solver : {"fast", "sklearn"}, default="fast"
+        Who fits the mixtures: ``"fast"``, this library's diagonal mixture for few clients in many
+        dimensions (k-means in the N x N Gram space, one EM run per distinct k-means partition), or
+        ``"sklearn"``, scikit-learn's ``GaussianMixture``, the reference. Same model, same settings; the
+        k-means draws differ (``docs/performance.md`` measures the agreement).
     ema : float in [0, 1), default=0.0
         Bank update coefficient beta; 0 is the paper's latest replacement.
     warmup : {"hold", "aggregate"}, default="hold"
@@ -233,7 +238,8 @@ class FedLNS:
 
     def __init__(self, *, selector: NormSelector | None = None, activation_threshold: int = 100,
                  mad_floor: float = 1e-6, components: str = "bic", reg_covar: float = 1e-4,
-                 n_init: int = 5, max_iter: int = 200, ema: float = 0.0, warmup: str = "hold",
+                 n_init: int = 5, max_iter: int = 200, mixture_solver: str = "fast", ema: float = 0.0,
+                 warmup: str = "hold",
                  max_count_ratio: float | None = 10.0, max_clients: int | None = None,
                  random_state: int | None = None, retain_rule: str = "paper", lone_separation: float = 3.0,
                  min_separation: float = 0.0):
@@ -244,6 +250,7 @@ class FedLNS:
         self.reg_covar = reg_covar
         self.n_init = n_init
         self.max_iter = max_iter
+        self.mixture_solver = mixture_solver
         self.ema = ema
         self.warmup = warmup
         self.max_count_ratio = max_count_ratio
@@ -415,7 +422,7 @@ class FedLNS:
             scores = deviation_scores(features)                               # (N,)
             mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
                            n_init=settings["n_init"], max_iter=settings["max_iter"],
-                           random_state=self._round_seed(round_index))
+                           solver=settings["mixture_solver"], random_state=self._round_seed(round_index))
             try:
                 if settings["retain_rule"] == "paper":
                     decision = bic_gmm_retain(features, scores, **mixture)
@@ -508,7 +515,8 @@ class FedLNS:
         """Read a screener written by :meth:`save`; ``ValueError`` (only) for a corrupt or foreign file.
 
         Settings are checked against the same table as the constructor's; the round must be an int >= 0.
-        A file written before ``max_count_ratio`` existed gets its default.
+        A file written before ``max_count_ratio`` existed gets its default; one written before
+        ``mixture_solver`` existed keeps the solver it was written with, ``"sklearn"``.
         """
         header, arrays = read_state(path, "screener",
                                     lambda h: HistoryBank._expected_arrays(h.get("bank") if isinstance(h, dict) else None))
@@ -517,6 +525,7 @@ class FedLNS:
             if not isinstance(params, dict):
                 raise ValueError("params is not an object")
             params = dict(params)
+            params.setdefault("mixture_solver", "sklearn")
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

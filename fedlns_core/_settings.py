@@ -89,6 +89,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "reg_covar": [Interval("real", 0)],
     "n_init": [Interval("int", 1)],
     "max_iter": [Interval("int", 1)],
+    "mixture_solver": [Options(("fast", "sklearn"))],
     "ema": [Interval("real", 0, 1, closed="left")],
     "warmup": [Options(("hold", "aggregate"))],
     "max_clients": [Interval("int", 1), None],

@@ -51,9 +51,14 @@ def test_target_forty_percent_at_paper_scale():
 
 
 def test_paper_rule_misses_the_clean_round_target_that_guarded_meets():
-    # the reason the option exists: same federation, same planned threshold, only the rule differs
-    _, _, fp, tn = detection(200, 20, 0.4, 0.0, seeds=(31,), retain_rule="paper")
-    assert fp / (fp + tn) > 0.02
+    # The reason the option exists: same federations, same planned threshold, only the rule differs. The
+    # paper's rule rejects a benign client whenever one of its k-means starts isolates a single client (a
+    # one-client component has variance reg_covar, hence a large likelihood), a draw that varies from
+    # seed to seed (0.6-5.7% per federation here, 2.5% pooled), so four federations are pooled.
+    seeds = (31, 32, 33, 34)
+    _, _, paper_fp, paper_tn = detection(200, 20, 0.4, 0.0, seeds=seeds, retain_rule="paper")
+    _, _, fp, tn = detection(200, 20, 0.4, 0.0, seeds=seeds)
+    assert paper_fp / (paper_fp + paper_tn) > 0.02 and fp / (fp + tn) <= 0.02 < paper_fp / (paper_fp + paper_tn)
 
 
 # ------------------------------------------------------------------------------------------ for_federation

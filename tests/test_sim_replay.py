@@ -59,7 +59,8 @@ def test_guarded_variant_is_the_screeners_guarded_rule(recorded):
     config = read_meta(recorded)["config"]
     threshold = int(round(config["activation_coverage"] * config["num_clients"]))
     screener = FedLNS(activation_threshold=threshold, random_state=stream_seed(config["seed"], "screening"),
-                      retain_rule="guarded", lone_separation=2.0, min_separation=0.5)
+                      retain_rule="guarded", lone_separation=2.0, min_separation=0.5,
+                      mixture_solver=config["mixture_solver"])
     expected = []
     for t, (clients, signatures) in sorted(load_signatures(recorded).items()):
         names = [f"ln.{j:06d}" for j in range(signatures.shape[1])]          # sorted = recorded order

@@ -97,6 +97,7 @@ class Config:
     krum_f: int = -1
     krum_m: int = -1
     flame_noise: float = 0.001
+    mixture_solver: str = "sklearn"       # FedLNS's mixtures: sklearn (the reference, as every archived run) | fast
     # system
     device: str = "auto"                  # auto | cpu | cuda
     threads: int = 0                      # torch threads; 0 = leave torch's default
@@ -178,6 +179,8 @@ class Config:
             (not self.pretrain_corpus or self.pretrain_steps >= 1, "pretrain_corpus needs pretrain_steps >= 1"),
             (self.peft in PEFT_METHODS, f"peft must be one of {PEFT_METHODS}, got {self.peft!r}"),
             (not self.peft or self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}"),
+            (self.mixture_solver in ("sklearn", "fast"),
+             f"mixture_solver must be sklearn or fast, got {self.mixture_solver!r}"),
             (self.signature in ("norms", "lora_stats"), f"signature must be norms or lora_stats, got {self.signature!r}"),
             (self.signature == "norms" or self.peft == "lora", "signature='lora_stats' needs peft='lora'"),
             (not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,

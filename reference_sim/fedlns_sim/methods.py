@@ -39,7 +39,7 @@ def make_screener(config):
     selector = lora_selector() if config.signature == "lora_stats" else None
     return FedLNS(selector=selector, activation_threshold=config.activation_threshold,  # the paper's rule
                   components="two" if config.method == "fedlns_two" else "bic",
-                  random_state=stream_seed(config.seed, "screening"))
+                  mixture_solver=config.mixture_solver, random_state=stream_seed(config.seed, "screening"))
 
 
 def baseline_parameters(config, method: str | None = None, n_clients: int | None = None) -> dict:

@@ -55,6 +55,7 @@ def replay(run_dir: Path, variant: str = "paper") -> list[dict]:
     random_state = stream_seed(config["seed"], "screening")
     threshold = int(round(config["activation_coverage"] * config["num_clients"]))
     components = "two" if config["method"] == "fedlns_two" else "bic"
+    solver = config.get("mixture_solver", "sklearn")            # runs from before the setting used scikit-learn
     name, _, argument = variant.partition(":")
     records = {r["round"]: r for r in read_records(run_dir)}
     bank: dict[int, tuple[int, np.ndarray]] = {}              # client -> (round written, signature)
@@ -82,11 +83,12 @@ def replay(run_dir: Path, variant: str = "paper") -> list[dict]:
             bank_features = standardize(np.stack(entries), median, mad)                # (B, D)
             lone, _, gap = (argument or "3").partition(":")
             outcome = guarded_rule(features, bank_features, lone_separation=float(lone),
-                                   min_separation=float(gap or 0.0), components=components, random_state=seed)
+                                   min_separation=float(gap or 0.0), components=components, random_state=seed,
+                                   solver=solver)
             decision = outcome
             labels = (~outcome.retained).astype(int)
         else:
-            decision = bic_gmm_retain(features, scores, components=components, random_state=seed)
+            decision = bic_gmm_retain(features, scores, components=components, random_state=seed, solver=solver)
             labels = decision.labels
         if name == "no_singletons" and decision.n_components == 2 and min(labels.sum(), len(labels) - labels.sum()) == 1:
             labels = np.zeros_like(labels)
