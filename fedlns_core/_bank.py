@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ._io import read_state, write_state
-from ._robust import median_mad
+from ._robust import median_mad, median_mad_blocks
 from ._settings import validate_settings
 from ._types import ClientId, check_client_id, id_sort_key
 
@@ -37,16 +37,22 @@ class Refresh:
 
     def columns(self) -> np.ndarray:
         """The bank's (D, n) signatures after the refresh, as a new array."""
-        out = np.empty((self.base.shape[0], self.n_columns))
+        return self._block(slice(0, self.base.shape[0]))
+
+    def _block(self, rows: slice, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``rows`` of :meth:`columns`, written into ``out`` (a new array by default)."""
         kept = min(self.n_columns, self.base.shape[1])
-        out[:, :kept] = self.base[:, :kept]
+        if out is None:
+            out = np.empty((rows.stop - rows.start, self.n_columns))
+        out[:, :kept] = self.base[rows, :kept]
         for slot, values in self.writes.items():
-            out[:, slot] = values
+            out[:, slot] = values[rows]
         return out
 
     def reference(self, mad_floor: float) -> tuple[np.ndarray, np.ndarray]:
-        """Median and floored MAD of the refreshed bank (eqs. ``bank_median`` to ``bank_mad``)."""
-        return median_mad(self.columns(), mad_floor, overwrite=True)
+        """Median and floored MAD of the refreshed bank (eqs. ``bank_median`` to ``bank_mad``), read block by
+        block without building the refreshed (D, n) array."""
+        return median_mad_blocks(self._block, self.base.shape[0], self.n_columns, mad_floor)
 
 
 class HistoryBank:

@@ -12,10 +12,13 @@ signature coordinates:
 * starts whose k-means partitions coincide give identical EM runs, so EM runs once per distinct
   partition (in a clearly split round, all five starts usually find the same one);
 * the squared residuals ``(x - mu_k)^2`` computed for the M-step's variances are the ones the next
-  E-step needs, so each EM iteration reads the (N, D) features about twice per component.
+  E-step needs, so an M-step and the E-step after it are one pass over the features, block of
+  coordinates by block (each block stays in cache);
+* when an E-step returns the responsibilities it started from (hard assignments that did not move, the
+  usual case for N << D), EM has converged: the next iteration would repeat it.
 
-Variances are computed from centred residuals (scikit-learn expands the square, which loses precision
-when a group lies far from the origin relative to its spread). The decisions are checked against
+Variances and the fitted rows' Mahalanobis terms are computed from centred residuals (scikit-learn
+expands the square, which loses precision when a group lies far from the origin relative to its spread). The decisions are checked against
 scikit-learn's on generated rounds in ``tests/test_diagmix.py``; ``solver="sklearn"`` keeps
 scikit-learn's fit selectable as the reference.
 """
@@ -33,7 +36,8 @@ class DiagonalMixture:
     """A fitted diagonal mixture with the parts of scikit-learn's ``GaussianMixture`` the rules read.
 
     Attributes ``weights_`` (k,), ``means_`` (k, D), ``covariances_`` (k, D), ``lower_bound_`` (the
-    mean log-likelihood of the best start), ``n_iter_`` and ``converged_``.
+    mean log-likelihood of the best start), ``n_iter_`` and ``converged_``; and, for the rows it was fitted
+    to, ``labels_`` (``predict``) and ``bic_`` (``bic``), computed once by :func:`fit_diagonal_mixture`.
     """
 
     def __init__(self, weights: np.ndarray, means: np.ndarray, covariances: np.ndarray,
@@ -44,13 +48,24 @@ class DiagonalMixture:
         self.lower_bound_ = lower_bound
         self.n_iter_ = n_iter
         self.converged_ = converged
+        self.labels_: np.ndarray | None = None
+        self.bic_: float | None = None
+
+    def _describe_training(self, weighted: np.ndarray, n_rows: int) -> None:
+        # weighted: the E-step of these parameters on the fitted rows, (N, k)
+        self.labels_ = np.argmax(weighted, axis=1)
+        self.bic_ = self._bic_from(float(np.mean(logsumexp(weighted, axis=1))), n_rows)
+
+    def _bic_from(self, mean_log_likelihood: float, n_rows: int) -> float:
+        return -2.0 * mean_log_likelihood * n_rows + self.n_parameters() * np.log(n_rows)
 
     @property
     def n_components(self) -> int:
         return self.weights_.shape[0]
 
     def _weighted_log_prob(self, features: np.ndarray) -> np.ndarray:
-        return _log_gaussian(features, self.means_, self.covariances_) + np.log(self.weights_)
+        features = np.asarray(features, dtype=np.float64)
+        return _weighted_log_prob(features, features**2, self.weights_, self.means_, self.covariances_)
 
     def score_samples(self, features: np.ndarray) -> np.ndarray:
         """Log-density of each row, (N,)."""
@@ -76,22 +91,7 @@ class DiagonalMixture:
 
     def bic(self, features: np.ndarray) -> float:
         """``-2 log L + p log N`` (eq. ``bic``), as scikit-learn's ``GaussianMixture.bic``."""
-        n_rows = features.shape[0]
-        return -2.0 * self.score(features) * n_rows + self.n_parameters() * np.log(n_rows)
-
-
-def _log_gaussian(features: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> np.ndarray:
-    """log N(x_i | mu_k, diag(var_k)) for every row and component, (N, k)."""
-    columns = [_log_gaussian_from_residuals((features - mean) ** 2, covariance)
-               for mean, covariance in zip(means, covariances)]
-    return np.stack(columns, axis=1)
-
-
-def _log_gaussian_from_residuals(squared: np.ndarray, covariance: np.ndarray) -> np.ndarray:
-    """log N(x_i | mu, diag(var)) from the squared residuals ``(x_i - mu)^2`` (N, D) and ``var`` (D,)."""
-    n_features = squared.shape[1]
-    mahalanobis = squared @ (1.0 / covariance)
-    return -0.5 * (n_features * np.log(2 * np.pi) + np.sum(np.log(covariance)) + mahalanobis)
+        return self._bic_from(self.score(features), features.shape[0])
 
 
 def _gram_distances(gram: np.ndarray, labels: np.ndarray, n_components: int) -> np.ndarray:
@@ -152,62 +152,120 @@ def _canonical(labels: np.ndarray) -> tuple[int, ...]:
     return tuple(names.setdefault(label, len(names)) for label in labels.tolist())
 
 
-def _m_step(features: np.ndarray, resp: np.ndarray, reg_covar: float):
-    """Weights, means and variances from responsibilities (N, k). A variance sums the centred squared
-    residuals of the rows with a nonzero responsibility only (hard assignments, the usual case for
-    N << D, read each row once in all)."""
-    counts = resp.sum(axis=0) + _EPS                                            # (k,)
-    means = (resp.T @ features) / counts[:, None]                               # (k, D)
-    covariances = np.empty_like(means)
-    for k in range(resp.shape[1]):
-        rows = np.flatnonzero(resp[:, k] > 0)
-        residuals = features[rows] - means[k]
-        np.square(residuals, out=residuals)
-        covariances[k] = resp[rows, k] @ residuals
-    covariances /= counts[:, None]
-    covariances += reg_covar
-    return counts / features.shape[0], means, covariances
+def _block_columns(n_rows: int) -> int:
+    """Coordinates per block, so that a block of the (N, D) features (and its residuals) stays in cache."""
+    return max(256, (1 << 19) // max(n_rows, 1))
 
 
-def _e_step(features: np.ndarray, squares: np.ndarray, weights, means, covariances):
-    """Mean log-likelihood and log-responsibilities (N, k), as scikit-learn's E-step (the Mahalanobis
-    terms expanded into three matrix products)."""
+class _Workspace:
+    """Buffers for the M/E passes of one fit, made once: a fresh multi-megabyte array per pass is a new
+    mapping whose pages fault in again, which measured 2-3x slower than the arithmetic inside a screening
+    round. ``pair()`` hands out a (means, variances) pair for one EM run; ``give_back`` returns one that
+    no kept result uses."""
+
+    def __init__(self, n_rows: int, n_features: int, n_components: int):
+        step = min(_block_columns(n_rows), n_features)
+        self.shape = (n_components, n_features)
+        self.residuals = np.empty((n_rows, step))
+        self.block_means = np.empty((n_components, step))
+        self.variance = np.empty(step)
+        self.precision = np.empty(step)
+        self.share = np.empty(n_rows)
+        self._spare: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def pair(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._spare.pop() if self._spare else (np.empty(self.shape), np.empty(self.shape))
+
+    def give_back(self, pair: tuple[np.ndarray, np.ndarray]) -> None:
+        self._spare.append(pair)
+
+
+def _m_then_e(features: np.ndarray, resp: np.ndarray, reg_covar: float, work: _Workspace,
+              means: np.ndarray, covariances: np.ndarray):
+    """An M-step from responsibilities (N, k), written into ``means`` and ``covariances`` (k, D), then the
+    E-step's weighted log-probabilities (N, k) under those parameters, in one pass over the features, block
+    of coordinates by block.
+
+    Per block and component: means ``resp_k @ x / n_k``, centred squared residuals ``(x - mu_k)^2`` of every
+    row, variances ``resp_k @ (x - mu_k)^2 / n_k + reg_covar``, and each row's share of
+    ``sum_d (x_d - mu_kd)^2 / var_kd``, the Mahalanobis term of the E-step. Returns ``weights, weighted``.
+    """
+    n_rows, n_features = features.shape
+    n_components = resp.shape[1]
+    counts = resp.sum(axis=0) + _EPS                                            # (k,), as scikit-learn
+    mahalanobis = np.zeros((n_rows, n_components))
+    step = work.residuals.shape[1]
+    for start in range(0, n_features, step):
+        width = min(step, n_features - start)
+        block = features[:, start:start + width]
+        squared, mu = work.residuals[:, :width], work.block_means[:, :width]
+        variance, precision = work.variance[:width], work.precision[:width]
+        np.matmul(resp.T, block, out=mu)
+        mu /= counts[:, None]
+        means[:, start:start + width] = mu
+        for k in range(n_components):
+            np.subtract(block, mu[k], out=squared)
+            np.square(squared, out=squared)
+            np.matmul(resp[:, k], squared, out=variance)
+            variance /= counts[k]
+            variance += reg_covar
+            covariances[k, start:start + width] = variance
+            np.divide(1.0, variance, out=precision)
+            np.matmul(squared, precision, out=work.share)
+            mahalanobis[:, k] += work.share
+    log_det = np.sum(np.log(covariances), axis=1)                               # (k,)
+    weights = counts / n_rows
+    weighted = -0.5 * (n_features * np.log(2 * np.pi) + log_det + mahalanobis) + np.log(weights)
+    return weights, weighted
+
+
+def _weighted_log_prob(features: np.ndarray, squares: np.ndarray, weights, means, covariances) -> np.ndarray:
+    """``log w_k + log N(x_i | mu_k, diag(var_k))`` for every row and component, (N, k), for rows that are not
+    the ones the parameters were fitted to (``predict`` of new data): the Mahalanobis terms expanded into three
+    matrix products, as scikit-learn computes them (``squares`` is ``features**2``)."""
     precisions = 1.0 / covariances
     mahalanobis = (squares @ precisions.T - 2.0 * features @ (means * precisions).T
                    + np.sum(means**2 * precisions, axis=1))
-    weighted = (-0.5 * (features.shape[1] * np.log(2 * np.pi) + np.sum(np.log(covariances), axis=1)
-                        + mahalanobis) + np.log(weights))
-    norm = logsumexp(weighted, axis=1)
-    return float(np.mean(norm)), weighted - norm[:, None]
+    return (-0.5 * (features.shape[1] * np.log(2 * np.pi) + np.sum(np.log(covariances), axis=1) + mahalanobis)
+            + np.log(weights))
 
 
-def _em(features: np.ndarray, squares: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float,
-        max_iter: int, tol: float) -> DiagonalMixture:
+def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float, max_iter: int,
+        tol: float, work: "_Workspace | None" = None) -> DiagonalMixture:
     """EM from initial responsibilities, in scikit-learn's order: M-step, then (E-step, M-step) until the
-    mean log-likelihood of an E-step moves less than ``tol``.
+    mean log-likelihood of an E-step moves less than ``tol``; the returned parameters are those of the last
+    M-step, and the E-step under them gives the labels and BIC of the fitted rows.
 
     When an E-step returns exactly the responsibilities the parameters were computed from, the M-step
     would return the same parameters and the next E-step the same likelihood (a change of 0 < tol):
     the loop stops there with the result and iteration count scikit-learn's loop reaches one step later.
     """
+    if work is None:
+        work = _Workspace(*features.shape, responsibilities.shape[1])
+    means, covariances = work.pair()
     resp = responsibilities
-    params = _m_step(features, resp, reg_covar)
+    weights, weighted = _m_then_e(features, resp, reg_covar, work, means, covariances)
     lower_bound, converged, n_iter = -np.inf, False, 0
     for n_iter in range(1, max_iter + 1):
         previous = lower_bound
-        lower_bound, log_resp = _e_step(features, squares, *params)
-        new_resp = np.exp(log_resp)
+        norm = logsumexp(weighted, axis=1)
+        lower_bound = float(np.mean(norm))
+        new_resp = np.exp(weighted - norm[:, None])
+        unchanged = np.array_equal(new_resp, resp)      # then the M-step would return `params` again
         if abs(lower_bound - previous) < tol:
-            params = _m_step(features, new_resp, reg_covar)
             converged = True
+            if not unchanged:
+                weights, weighted = _m_then_e(features, new_resp, reg_covar, work, means, covariances)
             break
-        if np.array_equal(new_resp, resp) and n_iter < max_iter:
+        if unchanged and n_iter < max_iter:
             n_iter += 1
             converged = True
             break
         resp = new_resp
-        params = _m_step(features, resp, reg_covar)
-    return DiagonalMixture(*params, lower_bound, n_iter, converged)
+        weights, weighted = _m_then_e(features, resp, reg_covar, work, means, covariances)
+    mixture = DiagonalMixture(weights, means, covariances, lower_bound, n_iter, converged)
+    mixture._describe_training(weighted, features.shape[0])
+    return mixture
 
 
 def fit_diagonal_mixture(features: np.ndarray, n_components: int, *, reg_covar: float = 1e-6,
@@ -241,22 +299,27 @@ def fit_diagonal_mixture(features: np.ndarray, n_components: int, *, reg_covar: 
     n_rows = features.shape[0]
     if not 1 <= n_components <= n_rows:
         raise ValueError(f"need 1 <= n_components <= N={n_rows}, got {n_components}")
-    squares = features**2
     if n_components == 1:                                   # every k-means start is the sample mean
-        return _em(features, squares, np.ones((n_rows, 1)), reg_covar=reg_covar, max_iter=max_iter, tol=tol)
+        return _em(features, np.ones((n_rows, 1)), reg_covar=reg_covar, max_iter=max_iter, tol=tol)
     rng = np.random.default_rng(random_state)
-    centred = features - features.mean(axis=0)              # distances do not move; precision does
-    gram = centred @ centred.T                                                  # (N, N)
+    gram = features @ features.T                                                # (N, N)
+    gram -= gram.mean(axis=0)                                                   # centred rows: distances
+    gram -= gram.mean(axis=1)[:, None]                                          # do not move
     norms = np.diag(gram)
     distances = np.maximum(norms[:, None] + norms[None, :] - 2.0 * gram, 0.0)   # (N, N) squared
-    best, seen = None, {}
+    work = _Workspace(n_rows, features.shape[1], n_components)
+    best, seen = None, set()
     for _ in range(n_init):
-        labels = _kmeans_labels(gram, distances, n_components, rng)
-        key = _canonical(labels)
-        if key not in seen:
-            seen[key] = _em(features, squares, np.eye(n_components)[labels], reg_covar=reg_covar,
-                            max_iter=max_iter, tol=tol)
-        fitted = seen[key]
+        key = _canonical(_kmeans_labels(gram, distances, n_components, rng))
+        if key in seen:                  # EM from a partition already tried: the same fit, never strictly better
+            continue
+        seen.add(key)
+        fitted = _em(features, np.eye(n_components)[np.array(key)], reg_covar=reg_covar, max_iter=max_iter,
+                     tol=tol, work=work)
         if best is None or fitted.lower_bound_ > best.lower_bound_:
+            if best is not None:
+                work.give_back((best.means_, best.covariances_))
             best = fitted
+        else:
+            work.give_back((fitted.means_, fitted.covariances_))
     return best

@@ -49,8 +49,9 @@ def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_
     fit can differ too (``tests/test_diagmix.py`` counts how often).
     """
     if solver == "fast":
-        return fit_diagonal_mixture(features, n_components, reg_covar=reg_covar, n_init=n_init,
-                                    max_iter=max_iter, random_state=random_state)
+        with _single_threaded():
+            return fit_diagonal_mixture(features, n_components, reg_covar=reg_covar, n_init=n_init,
+                                        max_iter=max_iter, random_state=random_state)
     if solver != "sklearn":
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     mixture = GaussianMixture(n_components=n_components, covariance_type="diag", reg_covar=reg_covar,
@@ -61,6 +62,10 @@ def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_
         warnings.filterwarnings("ignore", message="Number of distinct clusters", category=ConvergenceWarning)
         mixture.fit(features)
     return mixture
+
+
+def _training_bic(mixture, features: np.ndarray) -> float:
+    return mixture.bic_ if isinstance(mixture, DiagonalMixture) else float(mixture.bic(features))
 
 
 def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str = "bic",
@@ -110,20 +115,20 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
     fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state, solver=solver)
     bic: dict[int, float] = {}
     if components == "bic":
-        bic[1] = float(fit_mixture(features, 1, n_init=1, **fit).bic(features))
+        bic[1] = _training_bic(fit_mixture(features, 1, n_init=1, **fit), features)
         if not np.isfinite(bic[1]):
             raise ValueError(f"the one-component BIC is not finite ({bic[1]}); refusing to decide")
     if all_identical:
         return MixtureDecision(1, bic, np.zeros(n_clients, dtype=int), None, False)
     two = fit_mixture(features, 2, n_init=n_init, **fit)
-    bic[2] = float(two.bic(features))
+    bic[2] = _training_bic(two, features)
     if not all(np.isfinite(value) for value in bic.values()):
         # Fail closed: a NaN comparison would keep one component, i.e. everyone.
         raise ValueError(f"the mixture's BIC is not finite ({bic}); refusing to decide")
     if components == "bic" and bic[1] <= bic[2]:
         return MixtureDecision(1, bic, np.zeros(n_clients, dtype=int), None, False)
 
-    component = two.predict(features)                       # eq. label
+    component = two.labels_ if isinstance(two, DiagonalMixture) else two.predict(features)     # eq. label
     rho = [float(np.median(scores[component == k])) if np.any(component == k) else np.inf
            for k in (0, 1)]                                  # eq. cluster_score
     keep = int(np.argmin(rho))                               # eq. keep_cluster (ties: first)

@@ -89,7 +89,7 @@ def _magnitude_bound(array: np.ndarray) -> float | None:
     """
     if array.dtype.kind == "c":
         return None
-    if array.size <= 65536:
+    if array.size <= 4096:              # below this, BLAS's call overhead is larger than two passes
         if not np.isfinite(array).all():
             return None
         return float(np.abs(array).max()) if array.size else 0.0

@@ -50,15 +50,17 @@ def test_target_forty_percent_at_paper_scale():
     assert tp / (tp + fn) >= 0.98 and fp / (fp + tn) <= 0.02, (tp, fn, fp, tn)
 
 
-def test_paper_rule_misses_the_clean_round_target_that_guarded_meets():
+def test_paper_rule_rejects_many_more_benign_clients_in_clean_rounds_than_guarded():
     # The reason the option exists: same federations, same planned threshold, only the rule differs. The
     # paper's rule rejects a benign client whenever one of its k-means starts isolates a single client (a
     # one-client component has variance reg_covar, hence a large likelihood), a draw that varies from
-    # seed to seed (0.6-5.7% per federation here, 2.5% pooled), so four federations are pooled.
+    # seed to seed: its pooled FPR over four federations was 1.9% here (seeds 31-34) and 4.0% (35-38),
+    # around the 2% target, against 0.07% and 0% for the guarded rule.
     seeds = (31, 32, 33, 34)
     _, _, paper_fp, paper_tn = detection(200, 20, 0.4, 0.0, seeds=seeds, retain_rule="paper")
     _, _, fp, tn = detection(200, 20, 0.4, 0.0, seeds=seeds)
-    assert paper_fp / (paper_fp + paper_tn) > 0.02 and fp / (fp + tn) <= 0.02 < paper_fp / (paper_fp + paper_tn)
+    paper_fpr, fpr = paper_fp / (paper_fp + paper_tn), fp / (fp + tn)
+    assert fpr <= 0.02 and paper_fpr > 0.01 and paper_fpr > 10 * fpr, (paper_fpr, fpr)
 
 
 # ------------------------------------------------------------------------------------------ for_federation

@@ -1,6 +1,6 @@
 import numpy as np
 import scipy.stats
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedlns_core import deviation_scores, median_mad, standardize
@@ -17,6 +17,20 @@ def test_median_mad_match_numpy_and_scipy(columns):
     median, mad = median_mad(columns)
     np.testing.assert_array_equal(median, np.median(columns, axis=1))
     np.testing.assert_allclose(mad, scipy.stats.median_abs_deviation(columns, axis=1), rtol=1e-12, atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 260), st.integers(0, 2**32 - 1), st.booleans())
+def test_median_mad_exact_over_blocks_threads_and_ties(n, seed, ties):
+    # 9,000 rows: three blocks of rows, on two threads once D * n reaches 2**20; the MAD is selected from
+    # the sorted rows, not sorted again, and must equal numpy's median of the deviations bit for bit.
+    rng = np.random.default_rng(seed)
+    columns = (rng.integers(-3, 4, (9000, n)).astype(float) if ties else rng.standard_normal((9000, n)))
+    before = columns.copy()
+    median, mad = median_mad(columns)
+    np.testing.assert_array_equal(median, np.median(columns, axis=1))
+    np.testing.assert_array_equal(mad, np.median(np.abs(columns - median[:, None]), axis=1))
+    np.testing.assert_array_equal(columns, before)
 
 
 @given(bank_arrays, st.floats(-100, 100), st.floats(0.01, 100), st.booleans())
@@ -41,3 +55,9 @@ def test_standardize_and_scores_by_hand():
     np.testing.assert_array_equal(z, [[1.0, -2.0, 0.0]])
     np.testing.assert_array_equal(deviation_scores(z), [1.0])
     np.testing.assert_array_equal(deviation_scores(np.array([[1.0, -2.0, 3.0, -4.0]])), [2.5])
+
+
+@given(st.integers(1, 6).flatmap(lambda n: st.integers(1, 40).flatmap(
+    lambda d: arrays(np.float64, (n, d), elements=st.floats(allow_nan=True, allow_infinity=True)))))
+def test_deviation_scores_are_numpys_median_of_magnitudes(features):
+    np.testing.assert_array_equal(deviation_scores(features), np.median(np.abs(features), axis=1))
