@@ -111,7 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated attacks (default: the config's, target_corruption)")
     many.add_argument("--coverages", type=_csv(float), help="comma-separated activation coverages M_act/K "
                                                             "(bank ablation; default: the preset's 0.5)")
-    many.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
+    many.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (with --ray "
+                                                          "local: the CPUs of the local Ray instance)")
+    many.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                      help="run each run as a Ray task: on a Ray instance started here for the sweep (no ADDRESS), "
+                           "or on the running cluster at ADDRESS (e.g. 127.0.0.1:6379, ray://head:10001); OUT must be "
+                           "visible to every node")
+    many.add_argument("--ray-cpus", type=float, default=1.0, help="CPUs each run asks Ray for")
+    many.add_argument("--ray-gpus", type=float, default=0.0,
+                      help="GPUs each run asks Ray for; a fraction shares a GPU (0.25: four runs per GPU)")
     many.add_argument("--no-references", action="store_true",
                       help="skip the reference runs otherwise added: clean FedAvg (0%% malicious) per seed and the "
                            "oracle at each attacked fraction")
@@ -192,7 +200,8 @@ def _dispatch(args) -> int:
     configs = sweep_configs(args.preset, activation_coverages=args.coverages or (None,), attacks=args.attacks or (None,),
                             references=not args.no_references, **axes, **overrides)
     tic = time.perf_counter()
-    summary = sweep(configs, out, progress=not args.no_progress, jobs=args.jobs)
+    summary = sweep(configs, out, progress=not args.no_progress, jobs=args.jobs, ray=args.ray,
+                    cpus_per_run=args.ray_cpus, gpus_per_run=args.ray_gpus)
     print(f"sweep: {summary['ran']} ran, {summary['skipped']} already finished, {len(summary['failed'])} failed "
           f"in {time.perf_counter() - tic:.0f} s -> {out}")
     for name in summary["failed"]:

@@ -1,8 +1,11 @@
 """Sweeps: the product of families x partitions x malicious fractions x methods x seeds; finished runs are skipped.
 
 ``jobs`` runs that many runs at once, each in its own process (the runs are independent and single-threaded at
-CPU scale). A failing run writes its traceback to ``<out>/failed/<run name>.txt`` and the sweep goes on; the
-file goes away once the run finishes. Rerunning the same sweep command resumes an interrupted sweep.
+CPU scale); or, with ``ray``, every run is a Ray task on a local Ray instance or an existing cluster, scheduled by
+the CPUs and GPUs it asks for (``docs/simulator.md``: a multi-GPU node, a cluster). A failing run writes its
+traceback to ``<out>/failed/<run name>.txt`` and the sweep goes on; the file goes away once the run finishes.
+Rerunning the same sweep command resumes an interrupted sweep: finished runs are skipped, interrupted ones resume
+from their last completed round, whichever backend ran them.
 """
 
 from __future__ import annotations
@@ -64,8 +67,15 @@ def run_one(config: Config, out: str | Path, progress: bool = False) -> str | No
     return None
 
 
-def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: int = 1) -> dict:
+def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: int = 1, ray: str | None = None,
+          cpus_per_run: float = 1.0, gpus_per_run: float = 0.0) -> dict:
     """Run every config not finished yet, ``jobs`` at a time; one failing run does not stop the rest.
+
+    With ``ray`` (``"local"``: start a Ray instance on this machine for the sweep, ``jobs`` CPUs if given; else
+    the address of a running cluster, e.g. ``"127.0.0.1:6379"`` or ``"ray://head:10001"``), each run is a Ray
+    task that asks for ``cpus_per_run`` CPUs and ``gpus_per_run`` GPUs (a fraction packs several runs on one
+    GPU); Ray runs as many at once as the cluster's resources allow. ``out`` must then be a folder every
+    worker node sees (a shared filesystem on a multi-node cluster).
 
     Returns ``{"ran": n, "skipped": n, "failed": [run names]}`` and appends it to ``<out>/sweep_log.jsonl``.
     """
@@ -86,7 +96,9 @@ def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: i
             summary["failed"].append(config.run_name())
         bar.update()
 
-    if jobs <= 1:
+    if ray is not None:
+        _sweep_on_ray(todo, out, ray, jobs, cpus_per_run, gpus_per_run, done)
+    elif jobs <= 1:
         for config in todo:
             done(config, run_one(config, out, progress))
     else:   # spawn: fresh interpreters, no torch state inherited from this one
@@ -99,3 +111,36 @@ def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: i
     with open(out / "sweep_log.jsonl", "a") as handle:
         handle.write(json.dumps(summary) + "\n")
     return summary
+
+
+def _sweep_on_ray(todo: list[Config], out: Path, address: str, jobs: int, cpus_per_run: float,
+                  gpus_per_run: float, done) -> None:
+    """Each run as a Ray task (``sweep``'s ``ray`` backend); ``done(config, error)`` as each one ends."""
+    import ray
+
+    if cpus_per_run <= 0 or gpus_per_run < 0:
+        raise ValueError(f"need cpus_per_run > 0 and gpus_per_run >= 0, got {cpus_per_run} and {gpus_per_run}")
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address == "local":
+            ray.init(num_cpus=max(jobs, 1) if jobs > 1 else None, include_dashboard=False,
+                     configure_logging=False, log_to_driver=False)
+        else:
+            ray.init(address=address, configure_logging=False, log_to_driver=False)
+    try:
+        task = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=0)(run_one)
+        pending = {task.remote(config, str(out)): config for config in todo}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            config = pending.pop(ready[0])
+            try:
+                error = ray.get(ready[0])
+            except Exception as failure:   # noqa: BLE001 -- the worker itself died (killed, out of memory, ...)
+                error = f"the Ray task failed: {type(failure).__name__}: {failure}"
+                failed = Path(out) / "failed" / f"{config.run_name()}.txt"
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                failed.write_text(error)
+            done(config, error)
+    finally:
+        if started_here:
+            ray.shutdown()
