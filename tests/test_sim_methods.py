@@ -57,3 +57,16 @@ def test_oracle_and_fedavg_average_with_the_core():
                                    1, malicious=frozenset(clients))
     assert everyone_bad.kept == [] and all(np.array_equal(everyone_bad.params[k], global_params[k])
                                            for k in global_params)
+
+
+def test_screener_settings_come_from_the_config():
+    paper = make_screener(make_config("cpu", "gpt", method="fedlns"))
+    assert (paper.retain_rule, paper.mixture_solver, paper.activation_threshold) == ("paper", "sklearn", 50)
+    config = make_config("cpu", "gpt", method="fedlns", retain_rule="for_federation", mixture_solver="fast")
+    planned = make_screener(config)
+    from fedlns_core import FedLNS
+    expected = FedLNS.for_federation(config.num_clients, config.clients_per_round, 0.4)
+    assert (planned.retain_rule, planned.min_separation, planned.lone_separation) == (
+        expected.retain_rule, expected.min_separation, expected.lone_separation)
+    assert planned.activation_threshold == config.activation_threshold and planned.mixture_solver == "fast"
+    assert make_screener(make_config("cpu", "gpt", method="fedavg")) is None

@@ -98,6 +98,8 @@ class Config:
     krum_m: int = -1
     flame_noise: float = 0.001
     mixture_solver: str = "sklearn"       # FedLNS's mixtures: sklearn (the reference, as every archived run) | fast
+    retain_rule: str = "paper"            # FedLNS: paper | for_federation (the rule FedLNS.for_federation picks for
+                                          # clients_per_round, docs/rules.md; the activation threshold stays this config's)
     # system
     device: str = "auto"                  # auto | cpu | cuda
     threads: int = 0                      # torch threads; 0 = leave torch's default
@@ -179,6 +181,8 @@ class Config:
             (not self.pretrain_corpus or self.pretrain_steps >= 1, "pretrain_corpus needs pretrain_steps >= 1"),
             (self.peft in PEFT_METHODS, f"peft must be one of {PEFT_METHODS}, got {self.peft!r}"),
             (not self.peft or self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}"),
+            (self.retain_rule in ("paper", "for_federation"),
+             f"retain_rule must be paper or for_federation, got {self.retain_rule!r}"),
             (self.mixture_solver in ("sklearn", "fast"),
              f"mixture_solver must be sklearn or fast, got {self.mixture_solver!r}"),
             (self.signature in ("norms", "lora_stats"), f"signature must be norms or lora_stats, got {self.signature!r}"),
