@@ -20,7 +20,7 @@ from fedlns_core.experimental import lora_signature
 
 from . import finetune, runfiles
 from .attacks import make_attack
-from .client import train_client
+from .client import TrainingJob, train_client, train_clients_batched, why_not_batched
 from .config import Config
 from .data import IGNORE, build_corpus, evaluation_set, resolve_data_dir
 from .methods import aggregate_round, make_screener
@@ -112,6 +112,12 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
         last_seen.update({client: past for client in sample_clients(config.num_clients, config.clients_per_round,
                                                                     config.seed, past)})
 
+    # ---- how clients train: one at a time, or a round's clients as one batched model (client.py)
+    reason = why_not_batched(model, config)
+    if config.batch_clients == "on" and reason:
+        raise ValueError(f"batch_clients=on: {reason}; use batch_clients=auto or off")
+    batched = config.batch_clients == "on" or (config.batch_clients == "auto" and reason is None)
+
     # ---- the round loop
     from tqdm.auto import tqdm
 
@@ -124,8 +130,17 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
         # clients train from the global weights; the attack decides how malicious ones train, then what they send
         tic = time.perf_counter()
         client_params, num_examples, train_losses = {}, {}, {}
+        if batched:    # every training the round needs, in one batched model, then looked up per client
+            jobs = [(client, poisoned) for client in sampled for poisoned in _trainings(attack, client in malicious,
+                                                                                       global_params, norm_keys)]
+            results = dict(zip(jobs, train_clients_batched(
+                model, global_params, [TrainingJob(corpus.train[partition[c]], attack if poisoned else None,
+                                                   config.seed, t, c) for c, poisoned in jobs],
+                config, corpus.task, corpus.tokenizer, device)))
         for client in sampled:
             def train(poisoned, client=client):
+                if batched:
+                    return results[(client, poisoned)]
                 return train_client(model, global_params, corpus.train[partition[client]], config, corpus.task,
                                     corpus.tokenizer, attack=attack if poisoned else None, seed=config.seed,
                                     round_index=t, client=client, device=device)
@@ -172,6 +187,21 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             break
     bar.close()
     return run_dir
+
+
+def _trainings(attack, malicious: bool, global_params: dict, norm_keys) -> list[bool]:
+    """Which local trainings (poisoned or not) a client asks for this round: a benign client one clean one, an
+    attacker whatever its attack's ``train`` calls (found by calling it with a stand-in that only records)."""
+    if not malicious:
+        return [False]
+    asked = []
+
+    def record(poisoned):
+        asked.append(bool(poisoned))
+        return {k: np.array(v, copy=True) for k, v in global_params.items()}, 1.0, 0.0
+
+    attack.train(record, global_params, norm_keys)
+    return list(dict.fromkeys(asked))
 
 
 def _norm_keys(params: dict) -> frozenset:
