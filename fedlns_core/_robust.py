@@ -29,17 +29,19 @@ def _median_of_sorted(sorted_rows: np.ndarray) -> np.ndarray:
     n = sorted_rows.shape[1]
     middle = n // 2
     if n % 2:
-        return sorted_rows[:, middle].copy()
-    return (sorted_rows[:, middle - 1] + sorted_rows[:, middle]) / 2.0
+        return sorted_rows[:, middle].astype(np.float64)
+    return (sorted_rows[:, middle - 1].astype(np.float64) + sorted_rows[:, middle]) / 2.0
 
 
-def _kth_deviation(flat: np.ndarray, n: int, median: np.ndarray, k: int) -> np.ndarray:
-    """The k-th smallest (0-based) of ``|s - median|`` in every row of a row-sorted (D, n) block ``flat``.
+def _kth_deviations(flat: np.ndarray, n: int, median: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k-th and (k+1)-th smallest (0-based; the second ``inf`` when ``k = n - 1``) of ``|s - median|`` in
+    every row of a row-sorted (D, n) block ``flat``.
 
     Split at ``p = n // 2``, a sorted row is ``s[:p] <= median <= s[p:]``, so its deviations are two sorted
-    runs: ``median - s[p-1-i]`` (i = 0, 1, ...) and ``s[p+j] - median`` (j = 0, 1, ...). The k-th smallest of
-    two sorted runs is found by bisection on how many of the first k+1 come from the left run: log2(n)
-    steps of one gather per run and row, instead of sorting the n deviations.
+    runs: ``median - s[p-1-i]`` (i = 0, 1, ...) and ``s[p+j] - median`` (j = 0, 1, ...). How many of the k+1
+    smallest come from the left run is found by bisection: log2(n) steps of one gather per run and row,
+    instead of sorting the n deviations. The k-th smallest is then the larger of the two runs' last taken
+    values, and the (k+1)-th the smaller of their next ones.
     """
     p = n // 2
     a, b = p, n - p                                    # lengths of the left and right runs
@@ -64,9 +66,11 @@ def _kth_deviation(flat: np.ndarray, n: int, median: np.ndarray, k: int) -> np.n
         lo = np.where(open_ & too_few_left, i + 1, lo)
         hi = np.where(open_ & ~too_few_left, i, hi)
     j = k + 1 - lo
-    from_left = np.where(lo > 0, left_run(np.clip(lo - 1, 0, max(a - 1, 0))), -np.inf)
-    from_right = np.where(j > 0, right_run(np.clip(j - 1, 0, b - 1)), -np.inf)
-    return np.maximum(from_left, from_right)
+    last_left = np.where(lo > 0, left_run(np.clip(lo - 1, 0, max(a - 1, 0))), -np.inf)
+    last_right = np.where(j > 0, right_run(np.clip(j - 1, 0, b - 1)), -np.inf)
+    next_left = np.where(lo < a, left_run(np.clip(lo, 0, max(a - 1, 0))), np.inf)
+    next_right = np.where(j < b, right_run(np.clip(j, 0, b - 1)), np.inf)
+    return np.maximum(last_left, last_right), np.minimum(next_left, next_right)
 
 
 def _median_mad_block(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,16 +80,18 @@ def _median_mad_block(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     median = _median_of_sorted(block)
     flat = block.reshape(-1)
     if n % 2:
-        mad = _kth_deviation(flat, n, median, n // 2)
+        mad, _ = _kth_deviations(flat, n, median, n // 2)
     else:
-        mad = (_kth_deviation(flat, n, median, n // 2 - 1) + _kth_deviation(flat, n, median, n // 2)) / 2.0
+        lower, upper = _kth_deviations(flat, n, median, n // 2 - 1)
+        mad = (lower + upper) / 2.0
     return median, mad
 
 
-def median_mad_blocks(read_block, n_rows: int, n_columns: int,
-                      mad_floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def median_mad_blocks(read_block, n_rows: int, n_columns: int, mad_floor: float = 0.0,
+                      dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """:func:`median_mad` of a (D, n) array given by blocks of rows: ``read_block(rows, out)`` writes rows
-    ``rows`` (a slice) into ``out`` (a (rows, n) float64 array that is then sorted in place). Blocks run on
+    ``rows`` (a slice) into ``out`` (a (rows, n) array of ``dtype``, float32 or float64, that is then sorted in
+    place; float32 only for values that are exactly float32, as results are computed in float64). Blocks run on
     up to two threads (numpy's sort and gathers release the GIL), each thread reusing one buffer, so the
     whole array is never copied or sorted at once and no new memory is touched per block."""
     median, mad = np.empty(n_rows), np.empty(n_rows)
@@ -94,7 +100,7 @@ def median_mad_blocks(read_block, n_rows: int, n_columns: int,
     def work(rows: slice) -> None:
         buffer = getattr(buffers, "block", None)
         if buffer is None:
-            buffer = buffers.block = np.empty((_BLOCK_ROWS, n_columns))
+            buffer = buffers.block = np.empty((_BLOCK_ROWS, n_columns), dtype=dtype)
         block = buffer[: rows.stop - rows.start]
         read_block(rows, block)
         median[rows], mad[rows] = _median_mad_block(block)
@@ -150,7 +156,8 @@ def median_mad(columns: np.ndarray, mad_floor: float = 0.0) -> tuple[np.ndarray,
     def read_block(rows, out):
         out[...] = columns[rows]
 
-    return median_mad_blocks(read_block, columns.shape[0], columns.shape[1], mad_floor)
+    dtype = np.float32 if columns.dtype == np.float32 else np.float64
+    return median_mad_blocks(read_block, columns.shape[0], columns.shape[1], mad_floor, dtype)
 
 
 def standardize(signatures: np.ndarray, median: np.ndarray, mad: np.ndarray) -> np.ndarray:
@@ -159,7 +166,9 @@ def standardize(signatures: np.ndarray, median: np.ndarray, mad: np.ndarray) -> 
     Overflow gives ``inf`` silently; :func:`largest_deviations` finds it.
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        return (signatures - median) / mad
+        features = np.subtract(signatures, median, dtype=np.float64)
+        features /= mad                  # in place: one (N, D) array, not two
+        return features
 
 
 def largest_deviations(features: np.ndarray) -> np.ndarray:

@@ -37,6 +37,49 @@ def test_bank_matches_a_plain_dict_oracle(sequence, ema):
                                                         axis=0), 1e-6), atol=1e-12)
 
 
+float32_exact = st.floats(-10, 10, width=32).map(float)
+
+
+@given(st.lists(st.dictionaries(ids, st.lists(st.one_of(float32_exact, float32_exact, st.floats(-10, 10)),
+                                              min_size=3, max_size=3), max_size=5), min_size=1, max_size=8))
+def test_float32_storage_is_lossless(sequence):
+    # The bank stores float32 while every value is exactly one, float64 from the first value that is not:
+    # stored signatures, median and MAD equal those of the float64 values bit for bit either way.
+    bank, oracle, always_exact = HistoryBank(), {}, True
+    for round_signatures in sequence:
+        bank.update({cid: as_signature(v) for cid, v in round_signatures.items()})
+        oracle.update({cid: np.array(v) for cid, v in round_signatures.items()})
+        always_exact &= all(float(np.float32(x)) == x for v in round_signatures.values() for x in v)
+        if not oracle:
+            continue
+        assert bank._columns.dtype == (np.float32 if always_exact else np.float64)
+        stacked = np.array([oracle[cid] for cid in bank.ids])
+        for cid in oracle:
+            np.testing.assert_array_equal(np.concatenate(list(bank[cid].values())), oracle[cid][[2, 0, 1]])
+            assert bank[cid]["b.ln_1.weight"].dtype == np.float64
+        median, mad = bank.reference_flat(mad_floor=0.0)
+        stacked = stacked[:, [2, 0, 1]]
+        expected_median = np.median(stacked, axis=0)
+        np.testing.assert_array_equal(median, expected_median)
+        np.testing.assert_array_equal(mad, np.median(np.abs(stacked - expected_median), axis=0))
+
+
+def test_float32_storage_switches_to_float64_and_back_on_load(tmp_path):
+    bank = HistoryBank()
+    bank.update({0: as_signature([0.5, -0.25, 1.0]), 1: as_signature([0.125, 0.0, 2.0])})
+    assert bank._columns.dtype == np.float32
+    bank.update({2: as_signature([0.1, 0.0, 0.0])})            # 0.1 is not a float32: everything float64
+    assert bank._columns.dtype == np.float64
+    np.testing.assert_array_equal(bank[0]["b.ln_1.weight"], [0.5, -0.25])
+    assert bank[2]["b.ln_1.weight"][0] == 0.1
+    bank.save(tmp_path / "bank.npz")
+    assert HistoryBank.load(tmp_path / "bank.npz")._columns.dtype == np.float64
+    bank.update({2: as_signature([0.75, 0.0, 0.0])})           # every value a float32 again: float32 on load
+    bank.save(tmp_path / "bank.npz")
+    loaded = HistoryBank.load(tmp_path / "bank.npz")
+    assert loaded._columns.dtype == np.float32 and loaded[2]["b.ln_1.weight"][0] == 0.75
+
+
 def test_ids_int_and_str_are_distinct_and_ordered():
     bank = HistoryBank()
     bank.update({"1": as_signature([0, 0, 0]), 1: as_signature([1, 1, 1]), 0: as_signature([2, 2, 2])})

@@ -20,16 +20,18 @@ def test_median_mad_match_numpy_and_scipy(columns):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 260), st.integers(0, 2**32 - 1), st.booleans())
-def test_median_mad_exact_over_blocks_threads_and_ties(n, seed, ties):
+@given(st.integers(1, 260), st.integers(0, 2**32 - 1), st.booleans(), st.sampled_from([np.float64, np.float32]))
+def test_median_mad_exact_over_blocks_threads_and_ties(n, seed, ties, dtype):
     # 9,000 rows: three blocks of rows, on two threads once D * n reaches 2**20; the MAD is selected from
     # the sorted rows, not sorted again, and must equal numpy's median of the deviations bit for bit.
+    # float32 columns (the bank's storage when lossless) give the float64 statistics of their values.
     rng = np.random.default_rng(seed)
-    columns = (rng.integers(-3, 4, (9000, n)).astype(float) if ties else rng.standard_normal((9000, n)))
-    before = columns.copy()
+    columns = (rng.integers(-3, 4, (9000, n)) if ties else rng.standard_normal((9000, n))).astype(dtype)
+    before, exact = columns.copy(), columns.astype(np.float64)
     median, mad = median_mad(columns)
-    np.testing.assert_array_equal(median, np.median(columns, axis=1))
-    np.testing.assert_array_equal(mad, np.median(np.abs(columns - median[:, None]), axis=1))
+    assert median.dtype == mad.dtype == np.float64
+    np.testing.assert_array_equal(median, np.median(exact, axis=1))
+    np.testing.assert_array_equal(mad, np.median(np.abs(exact - median[:, None]), axis=1))
     np.testing.assert_array_equal(columns, before)
 
 
