@@ -25,11 +25,17 @@ scikit-learn's fit selectable as the reference.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from scipy.special import logsumexp
 
+from ._robust import _PARALLEL_ELEMENTS
+
 _EPS = 10 * np.finfo(np.float64).eps        # added to component weights, as scikit-learn does
 _KMEANS_MAX_ITER = 300
+_PARALLEL_LANES = 2                         # threads of the M/E pass on large features (numpy releases the GIL)
 
 
 class DiagonalMixture:
@@ -154,24 +160,59 @@ def _canonical(labels: np.ndarray) -> tuple[int, ...]:
 
 def _block_columns(n_rows: int) -> int:
     """Coordinates per block, so that a block of the (N, D) features (and its residuals) stays in cache."""
-    return max(256, (1 << 19) // max(n_rows, 1))
+    return max(256, (1 << 17) // max(n_rows, 1))        # 1 MiB of float64: measured best of 2**14-2**19
 
 
-class _Workspace:
-    """Buffers for the M/E passes of one fit, made once: a fresh multi-megabyte array per pass is a new
-    mapping whose pages fault in again, which measured 2-3x slower than the arithmetic inside a screening
-    round. ``pair()`` hands out a (means, variances) pair for one EM run; ``give_back`` returns one that
-    no kept result uses."""
+class _Lane:
+    """One thread's buffers for a pass over a range of coordinate blocks."""
 
-    def __init__(self, n_rows: int, n_features: int, n_components: int):
-        step = min(_block_columns(n_rows), n_features)
-        self.shape = (n_components, n_features)
+    def __init__(self, n_rows: int, step: int, n_components: int):
         self.residuals = np.empty((n_rows, step))
         self.block_means = np.empty((n_components, step))
         self.variance = np.empty(step)
         self.precision = np.empty(step)
         self.share = np.empty(n_rows)
+        self.mahalanobis = np.empty((n_rows, n_components))
+
+
+class _Workspace:
+    """Buffers for the M/E passes of one fit, made once: a fresh multi-megabyte array per pass is a new
+    mapping whose pages fault in again, which measured 2-3x slower than the arithmetic inside a screening
+    round. The coordinate blocks are split into one contiguous range per lane (two lanes on two threads when
+    the features hold at least 2**20 values and there are two cores); each lane sums its own Mahalanobis
+    terms and the lanes' sums are added in lane order, so results do not depend on thread timing.
+    ``pair()`` hands out a (means, variances) pair for one EM run; ``give_back`` returns one that no kept
+    result uses. A context manager: leaving it stops the lanes' threads."""
+
+    def __init__(self, n_rows: int, n_features: int, n_components: int):
+        self.step = max(1, min(_block_columns(n_rows), n_features))
+        self.shape = (n_components, n_features)
+        n_blocks = -(-n_features // self.step)
+        lanes = 1
+        if n_rows * n_features >= _PARALLEL_ELEMENTS:
+            lanes = max(1, min(_PARALLEL_LANES, n_blocks, os.cpu_count() or 1))
+        bounds = [min(n_features, (n_blocks * lane // lanes) * self.step) for lane in range(lanes + 1)]
+        self.ranges = list(zip(bounds[:-1], bounds[1:]))
+        self.lanes = [_Lane(n_rows, self.step, n_components) for _ in range(lanes)]
+        self._pool = ThreadPoolExecutor(lanes) if lanes > 1 else None
         self._spare: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __enter__(self) -> "_Workspace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def run(self, task) -> None:
+        """``task(lane, first, stop)`` for every lane and its range of coordinates."""
+        jobs = [(lane, first, stop) for lane, (first, stop) in zip(self.lanes, self.ranges)]
+        if self._pool is None:
+            for job in jobs:
+                task(*job)
+        else:
+            for future in [self._pool.submit(task, *job) for job in jobs]:
+                future.result()
 
     def pair(self) -> tuple[np.ndarray, np.ndarray]:
         return self._spare.pop() if self._spare else (np.empty(self.shape), np.empty(self.shape))
@@ -184,7 +225,7 @@ def _m_then_e(features: np.ndarray, resp: np.ndarray, reg_covar: float, work: _W
               means: np.ndarray, covariances: np.ndarray):
     """An M-step from responsibilities (N, k), written into ``means`` and ``covariances`` (k, D), then the
     E-step's weighted log-probabilities (N, k) under those parameters, in one pass over the features, block
-    of coordinates by block.
+    of coordinates by block (each lane of ``work`` over its own range of blocks).
 
     Per block and component: means ``resp_k @ x / n_k``, centred squared residuals ``(x - mu_k)^2`` of every
     row, variances ``resp_k @ (x - mu_k)^2 / n_k + reg_covar``, and each row's share of
@@ -193,26 +234,32 @@ def _m_then_e(features: np.ndarray, resp: np.ndarray, reg_covar: float, work: _W
     n_rows, n_features = features.shape
     n_components = resp.shape[1]
     counts = resp.sum(axis=0) + _EPS                                            # (k,), as scikit-learn
-    mahalanobis = np.zeros((n_rows, n_components))
-    step = work.residuals.shape[1]
-    for start in range(0, n_features, step):
-        width = min(step, n_features - start)
-        block = features[:, start:start + width]
-        squared, mu = work.residuals[:, :width], work.block_means[:, :width]
-        variance, precision = work.variance[:width], work.precision[:width]
-        np.matmul(resp.T, block, out=mu)
-        mu /= counts[:, None]
-        means[:, start:start + width] = mu
-        for k in range(n_components):
-            np.subtract(block, mu[k], out=squared)
-            np.square(squared, out=squared)
-            np.matmul(resp[:, k], squared, out=variance)
-            variance /= counts[k]
-            variance += reg_covar
-            covariances[k, start:start + width] = variance
-            np.divide(1.0, variance, out=precision)
-            np.matmul(squared, precision, out=work.share)
-            mahalanobis[:, k] += work.share
+
+    def task(lane: _Lane, first: int, stop: int) -> None:
+        lane.mahalanobis[...] = 0.0
+        for start in range(first, stop, work.step):
+            width = min(work.step, stop - start)
+            block = features[:, start:start + width]
+            squared, mu = lane.residuals[:, :width], lane.block_means[:, :width]
+            variance, precision = lane.variance[:width], lane.precision[:width]
+            np.matmul(resp.T, block, out=mu)
+            mu /= counts[:, None]
+            means[:, start:start + width] = mu
+            for k in range(n_components):
+                np.subtract(block, mu[k], out=squared)
+                np.square(squared, out=squared)
+                np.matmul(resp[:, k], squared, out=variance)
+                variance /= counts[k]
+                variance += reg_covar
+                covariances[k, start:start + width] = variance
+                np.divide(1.0, variance, out=precision)
+                np.matmul(squared, precision, out=lane.share)
+                lane.mahalanobis[:, k] += lane.share
+
+    work.run(task)
+    mahalanobis = work.lanes[0].mahalanobis.copy()
+    for lane in work.lanes[1:]:
+        mahalanobis += lane.mahalanobis
     log_det = np.sum(np.log(covariances), axis=1)                               # (k,)
     weights = counts / n_rows
     weighted = -0.5 * (n_features * np.log(2 * np.pi) + log_det + mahalanobis) + np.log(weights)
@@ -241,7 +288,8 @@ def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float,
     the loop stops there with the result and iteration count scikit-learn's loop reaches one step later.
     """
     if work is None:
-        work = _Workspace(*features.shape, responsibilities.shape[1])
+        with _Workspace(*features.shape, responsibilities.shape[1]) as work:
+            return _em(features, responsibilities, reg_covar=reg_covar, max_iter=max_iter, tol=tol, work=work)
     means, covariances = work.pair()
     resp = responsibilities
     weights, weighted = _m_then_e(features, resp, reg_covar, work, means, covariances)
@@ -307,19 +355,19 @@ def fit_diagonal_mixture(features: np.ndarray, n_components: int, *, reg_covar: 
     gram -= gram.mean(axis=1)[:, None]                                          # do not move
     norms = np.diag(gram)
     distances = np.maximum(norms[:, None] + norms[None, :] - 2.0 * gram, 0.0)   # (N, N) squared
-    work = _Workspace(n_rows, features.shape[1], n_components)
-    best, seen = None, set()
-    for _ in range(n_init):
-        key = _canonical(_kmeans_labels(gram, distances, n_components, rng))
-        if key in seen:                  # EM from a partition already tried: the same fit, never strictly better
-            continue
-        seen.add(key)
-        fitted = _em(features, np.eye(n_components)[np.array(key)], reg_covar=reg_covar, max_iter=max_iter,
-                     tol=tol, work=work)
-        if best is None or fitted.lower_bound_ > best.lower_bound_:
-            if best is not None:
-                work.give_back((best.means_, best.covariances_))
-            best = fitted
-        else:
-            work.give_back((fitted.means_, fitted.covariances_))
+    with _Workspace(n_rows, features.shape[1], n_components) as work:
+        best, seen = None, set()
+        for _ in range(n_init):
+            key = _canonical(_kmeans_labels(gram, distances, n_components, rng))
+            if key in seen:              # EM from a partition already tried: the same fit, never strictly better
+                continue
+            seen.add(key)
+            fitted = _em(features, np.eye(n_components)[np.array(key)], reg_covar=reg_covar, max_iter=max_iter,
+                         tol=tol, work=work)
+            if best is None or fitted.lower_bound_ > best.lower_bound_:
+                if best is not None:
+                    work.give_back((best.means_, best.covariances_))
+                best = fitted
+            else:
+                work.give_back((fitted.means_, fitted.covariances_))
     return best
