@@ -91,6 +91,28 @@ def test_em_matches_scikit_learn_from_the_same_partition(features, seed):
     assert ours.bic(features) == pytest.approx(reference.bic(features), rel=1e-9, abs=1e-6)
 
 
+def test_two_lanes_and_small_blocks_give_the_one_lane_fit(monkeypatch):
+    # Large rounds split the M/E pass over two threads, each over its own half of the coordinate blocks;
+    # forced here on a small round with 3-column blocks: same fit as one lane and one block, and the same
+    # bits every time (the lanes' sums are added in a fixed order).
+    import fedlns_core._diagmix as diagmix
+    features = _round(12, 3, 40, 4.0, seed=1)
+    one_lane = fit_diagonal_mixture(features, 2, reg_covar=1e-4, n_init=5, max_iter=200, random_state=0)
+    monkeypatch.setattr(diagmix, "_PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(diagmix, "_block_columns", lambda n_rows: 3)
+    with diagmix._Workspace(*features.shape, 2) as work:
+        assert len(work.lanes) == 2 and work.ranges == [(0, 21), (21, 40)]
+    fits = [fit_diagonal_mixture(features, 2, reg_covar=1e-4, n_init=5, max_iter=200, random_state=0)
+            for _ in range(3)]
+    for fit in fits:
+        np.testing.assert_array_equal(fit.labels_, one_lane.labels_)
+        np.testing.assert_allclose(fit.means_, one_lane.means_, rtol=1e-12)
+        np.testing.assert_allclose(fit.covariances_, one_lane.covariances_, rtol=1e-12)
+        assert fit.bic_ == pytest.approx(one_lane.bic_, rel=1e-12)
+        np.testing.assert_array_equal(fit.means_, fits[0].means_)
+        assert fit.bic_ == fits[0].bic_ and fit.n_iter_ == one_lane.n_iter_
+
+
 def test_one_component_fit_is_scikit_learns():
     features = _round(12, 3, 40, 4.0, seed=0)
     ours = fit_diagonal_mixture(features, 1, reg_covar=1e-4, max_iter=200)
