@@ -379,7 +379,7 @@ class FedLNS:
         with np.errstate(over="ignore", invalid="ignore"):
             signatures = np.empty((len(canonical), sum(int(np.prod(shape)) for shape in shapes)))
             for row, client_id in zip(signatures, canonical):
-                row[:] = flat_signature(global_params, arrays[client_id], keys)
+                flat_signature(global_params, arrays[client_id], keys, out=row)
         finite = np.isfinite(signatures).all(axis=1)
         for client_id in (c for c, ok in zip(canonical, finite) if not ok):
             rejected[client_id] = "invalid: signature overflows float64"

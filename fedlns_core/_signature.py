@@ -168,6 +168,30 @@ def extract_signature(global_params: ParamDict, client_params: ParamDict,
 
 
 def flat_signature(global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
-                   keys: Sequence[str]) -> np.ndarray:
-    """Concatenation of the signature in ``keys`` order, shape (D,), float64 (eq. z_full's layout)."""
-    return np.concatenate([part.ravel() for part in extract_signature(global_params, client_params, keys).values()])
+                   keys: Sequence[str], out: np.ndarray | None = None) -> np.ndarray:
+    """Concatenation of the signature in ``keys`` order, shape (D,), float64 (eq. z_full's layout).
+
+    Each part is written straight into ``out`` (a new array by default): the same values as concatenating
+    :func:`extract_signature`'s arrays, without building them first.
+    """
+    references = []
+    for key in keys:
+        if key not in global_params or key not in client_params:
+            side = "global_params" if key not in global_params else "client_params"
+            raise KeyError(f"signature key {key!r} is missing from {side}")
+        reference = np.asarray(global_params[key])
+        if np.shape(client_params[key]) != reference.shape:
+            raise ValueError(f"signature key {key!r} has shape {np.shape(client_params[key])}, "
+                             f"expected {reference.shape}")
+        references.append(reference)
+    size = sum(reference.size for reference in references)
+    if out is None:
+        out = np.empty(size)
+    elif out.shape != (size,) or out.dtype != np.float64:
+        raise ValueError(f"out must be a float64 array of shape ({size},), got {out.dtype} {out.shape}")
+    offset = 0
+    for key, reference in zip(keys, references):
+        part = out[offset: offset + reference.size].reshape(reference.shape)
+        np.subtract(client_params[key], reference, out=part, dtype=np.float64)   # exact for float32 inputs
+        offset += reference.size
+    return out

@@ -94,3 +94,24 @@ def test_extract_signature_is_float64_difference_and_does_not_mutate():
     assert all(np.array_equal(before[k], c[k]) for k in c)
     with pytest.raises(KeyError, match="missing from client_params"):
         extract_signature(g, {"w": np.ones(3)}, ["a.ln_1.weight"])
+
+
+def test_flat_signature_is_the_concatenated_extract_signature():
+    from fedlns_core._signature import flat_signature
+    rng = np.random.default_rng(0)
+    keys = ["b.ln.weight", "a.norm.weight", "c.ln.bias"]
+    dtypes = [np.float32, np.float16, np.int64]
+    global_params = {key: (10 * rng.standard_normal((3, 2))).astype(dtype) for key, dtype in zip(keys, dtypes)}
+    client_params = {key: (value + 7 * rng.standard_normal(value.shape)).astype(value.dtype)
+                     for key, value in global_params.items()}
+    expected = np.concatenate([part.ravel() for part in extract_signature(global_params, client_params, keys).values()])
+    out = np.full(18, np.nan)
+    assert flat_signature(global_params, client_params, keys, out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(flat_signature(global_params, client_params, keys), expected)
+    with pytest.raises(ValueError, match="out must be a float64 array of shape"):
+        flat_signature(global_params, client_params, keys, out=np.empty(17))
+    with pytest.raises(ValueError, match="has shape"):
+        flat_signature(global_params, {**client_params, "a.norm.weight": np.ones(6)}, keys)
+    with pytest.raises(KeyError, match="missing from client_params"):
+        flat_signature(global_params, {}, keys)
