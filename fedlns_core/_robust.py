@@ -182,23 +182,31 @@ def largest_deviations(features: np.ndarray) -> np.ndarray:
 def deviation_scores(features: np.ndarray) -> np.ndarray:
     """Client deviation ``delta_i = median_r |z_i[r]|`` (eq. ``client_score``); (N, D) -> (N,).
 
-    numpy's median, computed on one array of absolute values partitioned in place (``np.median`` would
-    partition a second copy), half of the clients on each of two threads when the array is large."""
+    numpy's median (NaN for a row with a NaN), computed row by row in a reused buffer of ``|z_i|``
+    partitioned in place (``np.median`` would build the (N, D) magnitudes and partition a copy), half of
+    the clients on each of two threads when the array is large."""
     n_rows, n_features = features.shape
     if n_features == 0:
         return np.median(np.abs(features), axis=1)
-    magnitudes = np.abs(features)
     middle = n_features // 2
     kth = [middle] if n_features % 2 else [middle - 1, middle]
     scores = np.empty(n_rows)
+    buffers = threading.local()
 
     def work(rows: slice) -> None:
-        part = magnitudes[rows]
-        has_nan = np.isnan(part).any(axis=1)             # np.median gives NaN for them
-        part.partition(kth, axis=1)
-        scores[rows] = part[:, middle] if n_features % 2 else (part[:, middle - 1] + part[:, middle]) / 2.0
-        scores[rows][has_nan] = np.nan
+        magnitudes = getattr(buffers, "row", None)
+        if magnitudes is None:
+            magnitudes = buffers.row = np.empty(n_features)
+        for row in range(rows.start, rows.stop):
+            np.abs(features[row], out=magnitudes)
+            magnitudes.partition(kth)                   # NaNs sort last: after the middle, if any
+            if np.isnan(magnitudes[middle:]).any():
+                scores[row] = np.nan
+            elif n_features % 2:
+                scores[row] = magnitudes[middle]
+            else:
+                scores[row] = (magnitudes[middle - 1] + magnitudes[middle]) / 2.0
 
     half = (n_rows + 1) // 2
-    _run_blocks(work, [slice(0, half), slice(half, n_rows)] if n_rows > 1 else [slice(0, n_rows)], magnitudes.size)
+    _run_blocks(work, [slice(0, half), slice(half, n_rows)] if n_rows > 1 else [slice(0, n_rows)], features.size)
     return scores

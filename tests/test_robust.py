@@ -63,3 +63,11 @@ def test_standardize_and_scores_by_hand():
     lambda d: arrays(np.float64, (n, d), elements=st.floats(allow_nan=True, allow_infinity=True)))))
 def test_deviation_scores_are_numpys_median_of_magnitudes(features):
     np.testing.assert_array_equal(deviation_scores(features), np.median(np.abs(features), axis=1))
+
+
+def test_deviation_scores_on_two_threads_with_nan_rows():
+    # 5 x 300,001 values: past 2**20, so the rows are split over two threads; odd D, one NaN row per half.
+    features = np.random.default_rng(3).standard_normal((5, 300_001))
+    features[1, 7] = features[4, -1] = np.nan
+    np.testing.assert_array_equal(deviation_scores(features), np.median(np.abs(features), axis=1))
+    np.testing.assert_array_equal(deviation_scores(features[:, 1:]), np.median(np.abs(features[:, 1:]), axis=1))
