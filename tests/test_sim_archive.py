@@ -79,3 +79,36 @@ def test_archived_runs_copied_into_a_runs_folder_are_skipped_by_a_sweep(tmp_path
     shutil.copytree(results / "runs", tmp_path / "restored")
     _sweep(tmp_path / "restored")
     assert "sweep: 0 ran, 2 already finished" in capsys.readouterr().out
+
+
+def test_archiving_archived_runs_keeps_them_even_through_hard_links(tmp_path):
+    """Re-archiving (a results folder growing seed by seed) must not touch its source: here the runs folder is a
+    hard-linked copy of the destination's runs (cp -al), so a file written in place would empty both."""
+    import os
+
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    _sweep(runs)
+    main(["archive", str(runs), str(results)])
+    before = {p.relative_to(results): p.read_bytes() for p in (results / "runs").rglob("*.*")}
+    linked = tmp_path / "linked"
+    for path in (results / "runs").rglob("*.*"):
+        (linked / path.parent.name).mkdir(parents=True, exist_ok=True)
+        os.link(path, linked / path.parent.name / path.name)
+    assert main(["archive", str(linked), str(results)]) == 0
+    assert main(["archive", str(results / "runs"), str(results)]) == 0      # a folder onto itself
+    after = {p.relative_to(results): p.read_bytes() for p in (results / "runs").rglob("*.*")}
+    assert after == before
+    assert all(len(load_runs(folder)) == 2 for folder in (linked, results / "runs"))
+    assert all(s["completed"] == 3 for s in load_runs(linked))
+
+
+def test_archive_refuses_an_archived_run_without_records(tmp_path):
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    _sweep(runs)
+    main(["archive", str(runs), str(results)])
+    emptied = next((results / "runs").glob("*fedavg*/rounds.jsonl.gz"))
+    emptied.write_bytes(gzip.compress(b""))
+    with pytest.raises(ValueError, match="holds no record"):
+        from fedlns_sim.archive import archive
+
+        archive(results / "runs", tmp_path / "again")

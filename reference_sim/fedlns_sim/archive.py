@@ -11,6 +11,7 @@ configs and compares every recorded number except wall times, exactly.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -32,18 +33,20 @@ def archive(runs: str | Path, dest: str | Path, cells=None) -> dict:
     if not finished:
         raise FileNotFoundError(f"no finished run under {runs}")
     for folder, _ in finished:
-        target = dest / "runs" / folder.name
-        target.mkdir(parents=True, exist_ok=True)
+        # everything is read before anything is written, and every file is replaced, never written in place: the
+        # source may be an archived run itself, or hard-linked to the destination (cp -al), and must stay intact
         meta = json.loads((folder / "config.json").read_text())
         if meta["config"]["data"] != "synthetic":   # a folder path of this machine: the data source names the text
             meta["config"]["data"] = ""
-        runfiles.atomic_write(target / "config.json", json.dumps(meta, indent=2).encode())
-        with open(target / "rounds.jsonl.gz", "wb") as raw, \
-                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as packed:
-            packed.write((folder / "rounds.jsonl").read_bytes())
+        packed = _packed_records(folder)
         # a finished run's state, without its checkpoint: copied back into a runs folder, any version of the
         # sweep sees the run as finished and skips it
-        rounds = json.loads((folder / "state.json").read_text())["round"]
+        rounds = json.loads((folder / "state.json").read_text())["round"] if (folder / "state.json").is_file() \
+            else runfiles.read_records(folder)[-1]["round"]
+        target = dest / "runs" / folder.name
+        target.mkdir(parents=True, exist_ok=True)
+        runfiles.atomic_write(target / "config.json", json.dumps(meta, indent=2).encode())
+        runfiles.atomic_write(target / "rounds.jsonl.gz", packed)
         runfiles.atomic_write(target / "state.json", json.dumps({"round": rounds, "checkpoint": None}).encode())
     names = {folder.name for folder, _ in finished}
     if cells is None:
@@ -53,6 +56,20 @@ def archive(runs: str | Path, dest: str | Path, cells=None) -> dict:
         raise ValueError(f"cells to verify are not among the finished runs: {', '.join(missing)}")
     (dest / "verify.txt").write_text("".join(f"{cell}\n" for cell in cells))
     return {"runs": len(finished), "cells": list(cells)}
+
+
+def _packed_records(folder: Path) -> bytes:
+    """The run's ``rounds.jsonl``, gzip-compressed with no timestamp or name (the same run, the same bytes); an
+    already archived run's ``rounds.jsonl.gz`` as it is."""
+    if not (folder / "rounds.jsonl").is_file():
+        packed = (folder / "rounds.jsonl.gz").read_bytes()
+        if not gzip.decompress(packed).strip():
+            raise ValueError(f"{folder}: its archived rounds.jsonl.gz holds no record")
+        return packed
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as packing:
+        packing.write((folder / "rounds.jsonl").read_bytes())
+    return buffer.getvalue()
 
 
 def default_cells(metas: list[dict], names: list[str]) -> list[str]:
