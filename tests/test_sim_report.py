@@ -32,6 +32,7 @@ def _fake_run(root, method, seed, losses, entropies, fraction=0.4, code="abc", u
                           client_time_s=1.0, server_time_s=0.1, eval_time_s=0.2, **(extra or {}).get(t, {}))
         lines.append(json.dumps(record))
     (folder / "rounds.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
 
 
 def test_best_checkpoint_per_seed_then_mean_and_sample_std(tmp_path):
@@ -66,6 +67,11 @@ def test_unfinished_runs_are_left_out(tmp_path):
     (folder / "rounds.jsonl").write_text("\n".join(lines[:-1]) + "\n")      # killed before its last round
     assert [s["method"] for s in load_runs(tmp_path)] == ["fedavg"]
     assert sorted(s["method"] for s in load_runs(tmp_path, finished_only=False)) == ["fedavg", "fedlns"]
+    emptied = _fake_run(tmp_path, "flame", 100, [9.0, 2.0, 2.5], [9.0, 3.0, 3.0])
+    (emptied / "rounds.jsonl").write_text("")                              # a damaged run: no record at all
+    result = write_report(tmp_path, tmp_path / "report", plots=False)      # named in the report, not dropped
+    assert result["left_out"] == sorted([folder.name, emptied.name])
+    assert "(1 finished runs; 2 left out, unfinished or without records)" in (tmp_path / "report" / "tables.md").read_text()
 
 
 def test_mean_std_is_the_sample_standard_deviation():

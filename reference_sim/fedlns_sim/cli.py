@@ -215,7 +215,9 @@ def _report(runs, out, plots, allow_mixed_code=False) -> int:
     from .report import write_report
 
     result = write_report(runs, out, plots=plots, allow_mixed_code=allow_mixed_code)
-    print(f"tables: {result['tables']}")
+    print(f"tables: {result['tables']} ({len(result['summaries'])} finished runs)")
+    if result["left_out"]:
+        print(f"left out (unfinished or without records): {', '.join(result['left_out'])}")
     for path in result["plots"]:
         print(f"plot:   {path}")
     return 0

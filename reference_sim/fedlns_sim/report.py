@@ -592,7 +592,9 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
     code = None if allow_mixed_code else check_same_code(summaries)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    unfinished = len(load_runs(root, finished_only=False)) - len(summaries)
+    # run folders without a finished run's records (in progress, failed, or damaged): named, never silently dropped
+    kept = {s["run"] for s in summaries}
+    left_out = sorted(path.parent.name for path in Path(root).rglob("config.json") if path.parent.name not in kept)
     tables = fraction_tables(summaries) + gmm_tables(summaries) + bank_tables(summaries)
     paired, recovered = paired_rows(summaries), recovery_rows(summaries)
     sources = sorted({s["data_source"] for s in summaries if s["data_source"]})
@@ -601,7 +603,7 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
                f"`{(code['commit'] or 'unknown')[:12]}`" + (" with uncommitted changes" if code["dirty"] else ""))
     markdown = ["# Results", "",
                 f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` ({len(summaries)} finished "
-                f"runs" + (f"; {unfinished} unfinished left out" if unfinished else "") + f"), all run by {made_by}. "
+                f"runs" + (f"; {len(left_out)} left out, unfinished or without records" if left_out else "") + f"), all run by {made_by}. "
                 "Per seed, the checkpoint with the lowest evaluation loss (best) and the mean of the last 10 rounds "
                 "(for perplexity: exp of the mean loss); mean ± sample standard deviation over seeds (no ± with one "
                 "seed). References in italics: *Oracle* averages the round's benign clients only (it reads the "
@@ -642,4 +644,5 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
 
         paths = plot_all(summaries, recovered, out, matrix)
     return {"tables": out / "tables.md", "plots": paths, "summaries": summaries, "table_objects": tables,
-            "paired": paired, "recovery": recovered, "matrix": matrix, "code": code}
+            "paired": paired, "recovery": recovered, "matrix": matrix, "code": code,
+            "left_out": left_out}
