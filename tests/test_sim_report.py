@@ -71,7 +71,8 @@ def test_unfinished_runs_are_left_out(tmp_path):
     (emptied / "rounds.jsonl").write_text("")                              # a damaged run: no record at all
     result = write_report(tmp_path, tmp_path / "report", plots=False)      # named in the report, not dropped
     assert result["left_out"] == sorted([folder.name, emptied.name])
-    assert "(1 finished runs; 2 left out, unfinished or without records)" in (tmp_path / "report" / "tables.md").read_text()
+    text = (tmp_path / "report" / "tables.md").read_text()
+    assert "(1 finished runs; 2 left out, unfinished or without records)" in text
 
 
 def test_mean_std_is_the_sample_standard_deviation():
@@ -121,6 +122,20 @@ def test_references_paired_differences_and_recovery(tmp_path):
     assert "trimmed_mean" in {r["method"] for r in recovery_rows(summaries)}
     result = write_report(tmp_path, tmp_path / "report")
     assert (tmp_path / "report" / "recovery.png").is_file() and "## Recovery" in result["tables"].read_text()
+
+    def both(losses):   # best checkpoint (round 1) / last 10 (rounds 1 and 2: exp of their mean loss)
+        return (f"{np.mean([math.exp(x) for x in losses]):.0f} / "
+                f"{np.mean([math.exp(x + 0.5) for x in losses]):.0f}")
+
+    glance = next(line for line in result["tables"].read_text().splitlines()
+                  if line.startswith("| GPT") and "40%" in line)
+    assert glance == (f"| GPT / WikiText | IID | 40% | 3 | {both([5.0, 5.2, 5.1])} | Median {both([4.5, 4.4, 4.6])} | "
+                      f"{both([4.0, 4.1, 4.3])} | 50.0% / 0.0% | {_interval_text(row['best'])} | "
+                      f"{both([3.8, 3.9, 3.7])} | {both([3.7, 3.6, 3.8])} | 400 |")
+
+
+def _interval_text(result):
+    return f"{result['mean']:+.2f} [{result['low']:+.2f}, {result['high']:+.2f}]"
 
 
 def test_screening_diagnostics_count_wrong_cluster_rounds_and_auc(tmp_path):

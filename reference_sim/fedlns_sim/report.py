@@ -513,6 +513,49 @@ def recovery_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def glance_markdown(summaries: list[dict], paired: list[dict], recovered: list[dict]) -> str:
+    """One row per attacked setting: FedAvg, the strongest baseline, FedLNS (with its pooled TPR/FPR and its
+    recovery), and the references, as mean best-checkpoint / mean last-10 perplexity over the seeds; empty when
+    FedLNS or FedAvg did not run."""
+    main = main_runs(summaries)
+    groups = _group(main, ("family", "partition", "fraction", "method"))
+    strongest = {(r["family"], r["partition"], r["fraction"]): r["baseline"] for r in paired
+                 if r["against"] == "strongest baseline"}
+    fedlns_recovery = {(r["family"], r["partition"], r["fraction"]): r for r in recovered if r["method"] == "fedlns"}
+
+    def both(runs):
+        if not runs:
+            return "–"
+        best, last = (np.mean([s[key] for s in runs]) for key in ("perplexity", "last10_perplexity"))
+        return f"{best:.0f} / {last:.0f}"
+
+    lines = ["| Model | Partition | Malicious | Seeds | FedAvg | Strongest baseline | FedLNS | FedLNS TPR / FPR "
+             "| FedLNS recovery, best [95% CI] | Oracle | Clean | Unigram |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    settings = sorted({key[:3] for key in groups if key[2] > 0 and key[3] == "fedlns"},
+                      key=lambda key: _setting_order(*key))
+    for family, partition, fraction in settings:
+        fedlns = groups[(family, partition, fraction, "fedlns")]
+        fedavg = groups.get((family, partition, fraction, "fedavg"))
+        if not fedavg:
+            continue
+        baseline = strongest.get((family, partition, fraction))
+        rates = detection_rates(**{k: sum(s[k] for s in fedlns) for k in ("tp", "fp", "fn", "tn")})
+        recovery_row = fedlns_recovery.get((family, partition, fraction))
+        unigram = [s["unigram_perplexity"] for s in fedlns if s["unigram_perplexity"] is not None]
+        strongest_cell = (f"{METHOD_NAMES[baseline]} {both(groups[(family, partition, fraction, baseline)])}"
+                          if baseline else "–")
+        lines.append(
+            f"| {family_label(family, fedlns)} | {PARTITION_NAMES[partition]} | {_percent(fraction)} | {len(fedlns)} | "
+            f"{both(fedavg)} | {strongest_cell}"
+            + f" | {both(fedlns)} | {_pct(rates['tpr'])} / {_pct(rates['fpr'])} | "
+            + (_interval(recovery_row["best"], 2) if recovery_row else "–")
+            + f" | {both(groups.get((family, partition, fraction, 'oracle')))} | "
+            f"{both(groups.get((family, partition, 0.0, 'fedavg')))} | "
+            + (f"{np.mean(unigram):.0f}" if unigram else "–") + " |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def _interval(result: dict, digits: int = 1) -> str:
     if not math.isfinite(result["low"]):
         return f"{result['mean']:+.{digits}f}"
@@ -603,12 +646,20 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
                f"`{(code['commit'] or 'unknown')[:12]}`" + (" with uncommitted changes" if code["dirty"] else ""))
     markdown = ["# Results", "",
                 f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` ({len(summaries)} finished "
-                f"runs" + (f"; {len(left_out)} left out, unfinished or without records" if left_out else "") + f"), all run by {made_by}. "
+                f"runs" + (f"; {len(left_out)} left out, unfinished or without records" if left_out else "")
+                + f"), all run by {made_by}. "
                 "Per seed, the checkpoint with the lowest evaluation loss (best) and the mean of the last 10 rounds "
                 "(for perplexity: exp of the mean loss); mean ± sample standard deviation over seeds (no ± with one "
                 "seed). References in italics: *Oracle* averages the round's benign clients only (it reads the "
                 "ground truth); *Clean* is FedAvg with no malicious client; *Unigram* is an add-one unigram model "
                 "of the training tokens.", "", "Data: " + "; ".join(sources), ""]
+    glance = glance_markdown(summaries, paired, recovered)
+    if glance:
+        markdown += ["## At a glance", "",
+                     "Perplexity, mean over seeds of the best checkpoint / of the last-10-round mean. Strongest "
+                     "baseline: the lowest mean best-checkpoint perplexity of the six baselines. TPR/FPR pooled over "
+                     "the seeds' decided rounds. Recovery: (FedAvg - FedLNS) / (FedAvg - Oracle), per seed, mean and "
+                     "95% t interval. Clean: FedAvg with no attacker.", "", glance]
     markdown += [to_markdown(t) for t in tables]
     if paired:
         markdown += ["## FedLNS against the strongest baseline, paired by seed", "",
