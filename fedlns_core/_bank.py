@@ -31,7 +31,7 @@ class Refresh:
     seen: set                       # ids offered, after the refresh (reservoir mode)
     entropy: object = None          # the unseeded generator after its draws (reservoir, no seed)
     n_columns: int = 0              # columns in use after the refresh
-    base: np.ndarray = field(default=None, repr=False)   # (D, >= n_columns) columns before
+    base: np.ndarray = field(default=None, repr=False)   # (D, columns in use) before the refresh
     dtype: np.dtype = np.dtype(np.float64)               # storage after the refresh (see HistoryBank)
 
     def __len__(self) -> int:
@@ -199,7 +199,8 @@ class HistoryBank:
         ids = [check_client_id(client_id) for client_id in client_ids]
         if len(set(ids)) != len(ids):
             raise ValueError("client ids must be distinct within one refresh")
-        base = self._columns if self._keys is not None else np.empty((width, 0))
+        # the columns in use (a view): the array's spare capacity beyond them is uninitialised memory
+        base = self._columns[:, : len(self._slots)] if self._keys is not None else np.empty((width, 0))
         refresh = Refresh(keys, shapes, dict(self._slots), {}, set(self._seen),
                           copy.deepcopy(self._entropy), len(self._slots), base)
         by_slot = list(self._by_slot)

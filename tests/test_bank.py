@@ -80,6 +80,25 @@ def test_float32_storage_switches_to_float64_and_back_on_load(tmp_path):
     assert loaded._columns.dtype == np.float32 and loaded[2]["b.ln_1.weight"][0] == 0.75
 
 
+def test_refresh_never_reads_the_spare_capacity():
+    # The column array grows by doubling; its spare columns are uninitialised memory, which may hold signalling
+    # NaNs: a refresh that copied them (then overwrote them) raised "invalid value encountered in cast" when
+    # the storage switched from float32 to float64.
+    bank = HistoryBank()
+    bank.update({0: as_signature([0.5, -0.25, 1.0]), 1: as_signature([0.125, 0.0, 2.0])})
+    assert bank._columns.dtype == np.float32 and bank._columns.shape[1] > 2
+    bank._columns[:, 2:] = np.array([0x7FA00000], dtype=np.uint32).view(np.float32)   # signalling NaN
+    keys, shapes = ["a.ln_1.bias", "b.ln_1.weight"], [(1,), (2,)]
+    with np.errstate(all="raise"):                              # a float64 value: the storage switches
+        refresh = bank.stage([2], np.array([[0.0, 0.1, 0.0]]), keys, shapes)
+        median, _ = refresh.reference(mad_floor=0.0)           # what screen() reads, before the commit
+    expected = np.median([[1.0, 0.5, -0.25], [2.0, 0.125, 0.0], [0.0, 0.1, 0.0]], axis=0)
+    np.testing.assert_array_equal(median, expected)
+    bank.commit(refresh)
+    assert bank._columns.dtype == np.float64
+    np.testing.assert_array_equal(bank.reference_flat(mad_floor=0.0)[0], expected)
+
+
 def test_ids_int_and_str_are_distinct_and_ordered():
     bank = HistoryBank()
     bank.update({"1": as_signature([0, 0, 0]), 1: as_signature([1, 1, 1]), 0: as_signature([2, 2, 2])})
