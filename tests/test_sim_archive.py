@@ -38,6 +38,17 @@ def test_archive_then_verify_reproduces_and_catches_a_changed_number(tmp_path, c
     assert main(["verify", str(results), "--out", str(tmp_path / "again"), "--jobs", "1"]) == 1
     output = capsys.readouterr().out
     assert "DIFFERENT: round 2: eval_loss was" in output and "verify: 0 of 1 cells reproduce" in output
+    # the difference is summarised beside the machine the run was made on (recorded in its config.json)
+    machine = json.loads((archived / "config.json").read_text())["machine"]
+    assert machine["cpu_capability"] and machine["torch"] and "made on: " + machine["cpu"] in output
+    assert "how close: evaluation loss within" in output and "screening labels differ in 0 of 3 rounds" in output
+    # a relative tolerance on best and last-10 perplexity accepts it, a difference beyond it does not
+    assert main(["verify", str(results), "--out", str(tmp_path / "again"), "--jobs", "1", "--rtol", "1e-6"]) == 0
+    assert "0 of 1 cells reproduce, 1 more within rtol 1e-06" in capsys.readouterr().out
+    records[1]["eval_loss"] -= 0.01                              # now the best checkpoint moves by about 1%
+    (archived / "rounds.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+    assert main(["verify", str(results), "--out", str(tmp_path / "again"), "--jobs", "1", "--rtol", "1e-3"]) == 1
+    assert "0 more within rtol 0.001" in capsys.readouterr().out
 
 
 def test_archive_is_byte_stable_and_drops_machine_paths(tmp_path):

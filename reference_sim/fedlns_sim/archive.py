@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -85,8 +86,16 @@ def default_cells(metas: list[dict], names: list[str]) -> list[str]:
     return cells
 
 
-def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2) -> int:
-    """Re-run the named cells of a results folder; print each comparison; 0 when every number matches."""
+def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, rtol: float | None = None) -> int:
+    """Re-run the named cells of a results folder; print each comparison; 0 when every number matches.
+
+    Equal numbers need the same code *and* the same kind of processor: AVX2 and AVX-512 kernels round differently,
+    and 40 rounds of training amplify a last-bit difference. So a cell that differs is also summarised (largest
+    relative difference of the evaluation loss, rounds whose screening decisions differ, best and last-10
+    perplexity both ways) beside the machine it was made on; with ``rtol``, a cell whose best and last-10
+    perplexity agree within ``rtol`` (relative) counts as reproduced within it.
+    """
+    from .run import machine_identity
     from .sweep import sweep
 
     results = Path(results)
@@ -107,17 +116,62 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2) -
     scratch = Path(out) if out else Path(tempfile.mkdtemp(prefix="fedlns-verify-"))
     sweep(configs, scratch, progress=False, jobs=jobs)
     current = runfiles.code_identity()["source"]
-    failures = 0
+    exact = close = 0
     for name, config in zip(names, configs):
         meta, expected = stored[name]
         actual = runfiles.read_records(scratch / config.run_name())
         same_code = (meta.get("code") or {}).get("source") == current
         difference = first_difference(expected, actual)
-        failures += difference is not None
-        status = "same numbers" if difference is None else f"DIFFERENT: {difference}"
-        print(f"{name}: {status} ({len(actual) - 1} rounds; archived code {'=' if same_code else '!='} this code)")
-    print(f"verify: {len(configs) - failures} of {len(configs)} cells reproduce (re-runs in {scratch})")
-    return 1 if failures else 0
+        print(f"{name}: {'same numbers' if difference is None else f'DIFFERENT: {difference}'} "
+              f"({len(actual) - 1} rounds; archived code {'=' if same_code else '!='} this code)")
+        if difference is None:
+            exact += 1
+            continue
+        made_on = meta.get("machine")
+        here = machine_identity(config.device if config.device != "auto" else "cpu")
+        print(f"    made on: {_machine_text(made_on) if made_on else 'not recorded (runs before machine records)'}; "
+              f"re-run on: {_machine_text(here)}")
+        summary = closeness(expected, actual)
+        print(f"    how close: {summary['text']}")
+        if rtol is not None and len(expected) == len(actual) and summary["largest_ppl_difference"] <= rtol:
+            close += 1
+    verdict = f"verify: {exact} of {len(configs)} cells reproduce"
+    if rtol is not None:
+        verdict += f", {close} more within rtol {rtol:g} of best and last-10 perplexity"
+    print(f"{verdict} (re-runs in {scratch})")
+    return 0 if exact + close == len(configs) else 1
+
+
+def _machine_text(machine: dict) -> str:
+    text = f"{machine.get('cpu', '?')} ({machine.get('cpu_capability', '?')} kernels, torch {machine.get('torch', '?')}"
+    return text + (f", {machine['gpu']})" if machine.get("gpu") else ")")
+
+
+def closeness(expected: list[dict], actual: list[dict]) -> dict:
+    """How far a re-run is from its archive: the largest relative difference of the evaluation loss over the
+    rounds, the rounds whose kept/rejected labels differ, and the best and last-10 perplexity of each."""
+    from .stats import best_checkpoint, finite_loss
+
+    pairs = [(old, new) for old, new in zip(expected, actual) if old.get("round") == new.get("round")]
+    loss = [abs(new["eval_loss"] - old["eval_loss"]) / abs(old["eval_loss"]) for old, new in pairs
+            if old.get("eval_loss") is not None and new.get("eval_loss") is not None]
+    decided = [(old, new) for old, new in pairs if "label" in old or "label" in new]
+    flipped = sum(old.get("label") != new.get("label") for old, new in decided)
+
+    def perplexities(records):
+        trained = [r for r in records if r.get("round", 0) >= 1 and r.get("eval_loss") is not None]
+        if not trained:
+            return float("nan"), float("nan")
+        best = finite_loss(best_checkpoint(records))
+        return math.exp(best), math.exp(sum(r["eval_loss"] for r in trained[-10:]) / len(trained[-10:]))
+
+    (best_old, last_old), (best_new, last_new) = perplexities(expected), perplexities(actual)
+    largest = max(abs(best_new - best_old) / best_old, abs(last_new - last_old) / last_old)
+    text = (f"evaluation loss within {max(loss, default=0.0):.1e} (relative) over {len(pairs)} rounds; screening "
+            f"labels differ in {flipped} of {len(decided)} rounds; best perplexity {best_old:.2f} -> {best_new:.2f}, "
+            f"last-10 {last_old:.2f} -> {last_new:.2f}")
+    return {"largest_loss_difference": max(loss, default=0.0), "label_rounds_differing": flipped,
+            "largest_ppl_difference": largest if math.isfinite(largest) else float("inf"), "text": text}
 
 
 def first_difference(expected: list[dict], actual: list[dict]) -> str | None:

@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--data", default=None, help="data folder (default as for run)")
     verify.add_argument("--out", default=None, help="where the re-runs go (default: a temporary folder)")
     verify.add_argument("--jobs", type=int, default=2, help="runs at once")
+    verify.add_argument("--rtol", type=float, default=None,
+                        help="also accept a cell whose best and last-10 perplexity agree within this relative "
+                             "tolerance (for a machine with another instruction set than the archive's, where "
+                             "numbers cannot agree to the bit); default: exact only")
     return parser
 
 
@@ -179,7 +183,7 @@ def _dispatch(args) -> int:
     if args.command == "verify":
         from .archive import verify
 
-        return verify(args.results, args.run, args.data, args.out, args.jobs)
+        return verify(args.results, args.run, args.data, args.out, args.jobs, args.rtol)
 
     overrides = _overrides(args)
     out = Path(args.out or f"runs/{args.preset}")

@@ -38,6 +38,29 @@ def pick_device(name: str) -> str:
     return name
 
 
+def machine_identity(device: str) -> dict:
+    """What decides a run's float rounding besides the code: the processor and the kernels torch picked for it
+    (AVX2 and AVX-512 kernels round differently), torch's version and thread count, and the GPU if one ran."""
+    identity = {"cpu": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if device == "cuda":
+        identity["gpu"] = torch.cuda.get_device_name()
+    return identity
+
+
+def _cpu_model() -> str:
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_after: int | None = None) -> Path:
     """Run (or resume) one simulation; returns its folder.
 
@@ -89,7 +112,8 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
                   "payload_parameters": int(sum(a.size for a in global_params.values())),
                   "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
                   "eval_positions": int((eval_targets != IGNORE).sum()), "unigram_perplexity": unigram,
-                  "malicious_clients": sorted(malicious), "device": device, "code": runfiles.code_identity()}
+                  "malicious_clients": sorted(malicious), "device": device, "code": runfiles.code_identity(),
+                  "machine": machine_identity(device)}
         runfiles.atomic_write(run_dir / "config.json", json.dumps(runfiles.json_ready(record), indent=2).encode())
 
     # ---- resume
