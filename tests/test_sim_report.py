@@ -55,7 +55,9 @@ def test_best_checkpoint_per_seed_then_mean_and_sample_std(tmp_path):
     assert last == pytest.approx((math.exp(np.mean([5.0, 3.0, 3.5])) + math.exp(np.mean([4.0, 4.5, 4.2]))) / 2)
     markdown = to_markdown(tables["eval_loss"])
     assert "| 40% best | 40% last 10 |" in markdown
-    assert "| FedAvg | 3.50 ± 0.71 | 4.03 ± 0.28 |" in markdown and "| FedLNS | **2.00** | **2.23** |" in markdown
+    assert "| FedAvg | 3.50 ± 0.71 | 4.03 ± 0.28 |" in markdown
+    assert "| FedLNS | **2.00** (n=1) | **2.23** (n=1) |" in markdown
+    assert markdown.endswith("\n\nSeeds: 100, 200.\n")   # FedLNS ran one of the two seeds: its cells say so
     assert "\\textbf{2.00}" in to_latex(tables["eval_loss"])
 
 
@@ -180,3 +182,42 @@ def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_orac
     assert {s["attack"] for s in result["summaries"]} == {"target_corruption", "alie"}
     table = next(t for t in result["table_objects"] if t.get("metric") == "eval_loss" and "family" in t)
     assert table["cells"][("fedlns", (0.4, "best"))][0] == pytest.approx(3.5)
+
+
+def test_fraction_sweep_tables_use_the_seeds_run_at_every_fraction(tmp_path):
+    """The paper's appendix layout: columns 0%..40% x {best, last 10}, every column over the same seeds. Seed 400
+    ran only the 40% comparison, so it is left out of the sweep's table and named in its note; a cell with fewer
+    runs than the table's seeds says so."""
+    flat = [9.0, 6.0, 6.0]
+    loss = {"fedavg": 4.0, "fedlns": 3.0, "flame": 3.5, "multi_krum": 3.8}
+    for seed in (100, 200, 300, 400):
+        _fake_run(tmp_path, "fedavg", seed, [9.0, 2.0 + seed / 1000, 3.0], flat, fraction=0.0)
+        for method in ("fedavg", "fedlns", "flame", "multi_krum"):
+            _fake_run(tmp_path, method, seed, [9.0, loss[method] + seed / 1000, 5.0], flat)
+    for seed in (100, 200, 300):
+        for fraction in (0.0, 0.1, 0.2, 0.3):
+            for method in ("fedavg", "fedlns", "flame"):
+                if (method == "fedavg" and fraction == 0.0) or (method, fraction, seed) == ("flame", 0.2, 300):
+                    continue
+                _fake_run(tmp_path, method, seed, [9.0, loss[method] + fraction + seed / 1000, 5.0], flat,
+                          fraction=fraction)
+    summaries = load_runs(tmp_path)
+    table = next(t for t in fraction_tables(summaries) if t["metric"] == "eval_loss")
+    assert table["columns"] == [f"{f}% {k}" for f in (0, 10, 20, 30, 40) for k in ("best", "last 10")]
+    assert table["seeds"] == [100, 200, 300]
+    # 40%: the mean over seeds 100-300 only; FedAvg at 0% is the Clean row's value
+    assert table["cells"][("fedlns", (0.4, "best"))][::2] == (pytest.approx(3.2), 3)
+    assert table["cells"][("fedavg", (0.0, "best"))][0] == pytest.approx(2.2)
+    assert table["cells"][("clean", (0.3, "best"))][0] == pytest.approx(2.2)
+    assert table["cells"][("flame", (0.2, "best"))][::2] == (pytest.approx(3.85), 2)
+    markdown = to_markdown(table)
+    assert "Seeds: 100, 200, 300. Those run at every fraction; all seeds of the 40% comparison " \
+           "(100, 200, 300, 400)" in markdown
+    assert "3.85 ± 0.07 (n=2)" in markdown and "(n=3)" not in markdown
+    assert "Seeds: 100, 200, 300." in to_latex(table)
+    # with the 40% comparison alone, every seed is the table's
+    only40 = [s for s in summaries if s["fraction"] in (0.0, 0.4) and (s["fraction"] == 0.4 or s["method"] == "fedavg")]
+    table = next(t for t in fraction_tables(only40) if t["metric"] == "eval_loss")
+    assert table["seeds"] == [100, 200, 300, 400] and "Those run at every fraction" not in to_markdown(table)
+    write_report(tmp_path, tmp_path / "report")
+    assert (tmp_path / "report" / "perplexity_vs_fraction.png").stat().st_size > 1000

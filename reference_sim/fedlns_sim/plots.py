@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import FAMILIES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
-from .report import family_label, main_runs
+from .report import family_label, main_runs, sweep_seeds
 from .stats import detection_rates, mean_std
 
 REFERENCE_STYLE = {"clean": dict(color="black", linestyle="--", label="Clean (FedAvg, 0%)"),
@@ -105,9 +105,13 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
                            f"{attacked[0] * 100:g}% malicious ({seeds} seed{'s' * (seeds > 1)})", fontsize=9)
             axis.set_ylabel("perplexity, best checkpoint" + (NOT_FROM_ZERO if low > 0 else ""), fontsize=8)
         else:
+            # the sweep's seeds (those run at every fraction) and its methods (those run at several fractions)
+            seeds = sweep_seeds(runs)
+            runs = [s for s in runs if s["seed"] in seeds]
             fractions = sorted({s["fraction"] for s in runs})
+            swept = [m for m in methods if len({s["fraction"] for s in runs if s["method"] == m}) > 1]
             lows = []
-            for method in methods + (["oracle"] if any(s["method"] == "oracle" for s in runs) else []):
+            for method in swept + (["oracle"] if any(s["method"] == "oracle" for s in runs) else []):
                 points = [(f, [s["perplexity"] for s in runs if s["method"] == method and s["fraction"] == f])
                           for f in fractions]
                 points = [(f, found) for f, found in points if found]
@@ -122,7 +126,8 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
             if unigram:
                 axis.axhline(np.mean(unigram), linewidth=1.1, **REFERENCE_STYLE["unigram"])
             axis.set_xlabel("malicious clients (%)")
-            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
+            axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]} "
+                           f"({len(seeds)} seed{'s' * (len(seeds) > 1)})", fontsize=9)
             axis.set_ylabel("perplexity, best checkpoint" + NOT_FROM_ZERO, fontsize=8)
     paths.append(finish(figure, axes, out / "perplexity_vs_fraction.png"))
 

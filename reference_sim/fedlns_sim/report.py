@@ -196,6 +196,14 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
             subset = [s for s in main if s["family"] == family and s["partition"] == partition]
             if not subset:
                 continue
+            # every column over the same seeds: the fraction sweep may have fewer seeds than the 40% comparison
+            seeds, all_seeds = sweep_seeds(subset), sorted({s["seed"] for s in subset})
+            subset = [s for s in subset if s["seed"] in seeds]
+            note = f"Seeds: {_seed_list(seeds)}."
+            if seeds != all_seeds:
+                top = _percent(max(s["fraction"] for s in subset))
+                note += (f" Those run at every fraction; all seeds of the {top}"
+                         f" comparison ({_seed_list(all_seeds)}) are in 'At a glance' and the paired tables.")
             # a 0% column only when a defence ran without attackers too; else FedAvg at 0% is the Clean row
             fractions = sorted({s["fraction"] for s in subset if s["fraction"] > 0 or s["method"] != "fedavg"})
             fractions = fractions or [0.0]
@@ -226,9 +234,21 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
                                         f"{family_label(family, subset)} with {PARTITION_NAMES[partition]} partition "
                                         "(best checkpoint and mean of the last 10 rounds)",
                                "columns": [f"{_percent(f)} {KINDS[kind]}" for f, kind in columns],
-                               "keys": columns, "rows": rows, "cells": cells,
+                               "keys": columns, "rows": rows, "cells": cells, "seeds": seeds, "note": note,
                                "references": {"oracle", CLEAN, UNIGRAM}})
     return tables
+
+
+def sweep_seeds(runs: list[dict]) -> list[int]:
+    """The seeds a fraction sweep has at every malicious fraction it ran (0% counted only where a defence ran
+    without attackers; FedAvg at 0% alone is the clean reference of every seed)."""
+    fractions = {s["fraction"] for s in runs if s["fraction"] > 0 or s["method"] != "fedavg"} or {0.0}
+    per_fraction = [{s["seed"] for s in runs if s["fraction"] == f} for f in fractions]
+    return sorted(set.intersection(*per_fraction))
+
+
+def _seed_list(seeds) -> str:
+    return ", ".join(str(seed) for seed in seeds)
 
 
 def _stat(runs, metric, kind):
@@ -446,12 +466,17 @@ def to_markdown(table: dict) -> str:
             if (row, column) not in table["cells"]:
                 cells.append("–")
                 continue
-            mean, std, _ = table["cells"][(row, column)]
+            mean, std, n = table["cells"][(row, column)]
             text = _cell(mean, std, table.get("digits", 2))
-            cells.append(f"**{text}**" if best.get(column) == row else text)
+            text = f"**{text}**" if best.get(column) == row else text
+            if row != UNIGRAM and len(table.get("seeds", ())) > n:   # a cell with fewer seeds than the table
+                text += f" (n={n})"
+            cells.append(text)
         name = names.get(row, row)
         lines.append(f"| {'*' + name + '*' if row in table.get('references', ()) else name} | " + " | ".join(cells)
                      + " |")
+    if table.get("note"):
+        lines += ["", table["note"]]
     return "\n".join(lines) + "\n"
 
 
@@ -459,7 +484,8 @@ def to_latex(table: dict) -> str:
     """A table laid out like the paper's (booktabs, mean $\\pm$ std, best in bold, references in italics)."""
     names = table.get("row_names", ROW_NAMES)
     best = _best_per_column(table)
-    out = ["\\begin{table}[ht]\\centering", "\\caption{" + table["title"].replace("%", "\\%") + ".}",
+    caption = table["title"] + "." + (" " + table["note"] if table.get("note") else "")
+    out = ["\\begin{table}[ht]\\centering", "\\caption{" + caption.replace("%", "\\%") + "}",
            "\\begin{tabular}{l" + "c" * len(table["columns"]) + "}", "\\toprule",
            table.get("row_header", "Method").replace("M_act", "$M_{\\mathrm{act}}$") + " & "
            + " & ".join(c.replace("%", "\\%") for c in table["columns"]) + " \\\\", "\\midrule"]
