@@ -219,5 +219,10 @@ def test_fraction_sweep_tables_use_the_seeds_run_at_every_fraction(tmp_path):
     only40 = [s for s in summaries if s["fraction"] in (0.0, 0.4) and (s["fraction"] == 0.4 or s["method"] == "fedavg")]
     table = next(t for t in fraction_tables(only40) if t["metric"] == "eval_loss")
     assert table["seeds"] == [100, 200, 300, 400] and "Those run at every fraction" not in to_markdown(table)
-    write_report(tmp_path, tmp_path / "report")
+    result = write_report(tmp_path, tmp_path / "report")
     assert (tmp_path / "report" / "perplexity_vs_fraction.png").stat().st_size > 1000
+    # at a glance, a 10% row (seeds 100-300) has its clean run over the same three seeds, not seed 400's too
+    row = next(line for line in result["tables"].read_text().splitlines()
+               if line.startswith("| GPT") and "| 10% |" in line)
+    best, last = (np.mean([math.exp(f(x)) for x in (2.1, 2.2, 2.3)]) for f in (lambda x: x, lambda x: (x + 3) / 2))
+    assert row.split(" | ")[3] == "3" and row.split(" | ")[-2] == f"{best:.0f} / {last:.0f}" == "9 / 13"

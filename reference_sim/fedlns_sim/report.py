@@ -541,8 +541,9 @@ def recovery_markdown(rows: list[dict]) -> str:
 
 def glance_markdown(summaries: list[dict], paired: list[dict], recovered: list[dict]) -> str:
     """One row per attacked setting: FedAvg, the strongest baseline, FedLNS (with its pooled TPR/FPR and its
-    recovery), and the references, as mean best-checkpoint / mean last-10 perplexity over the seeds; empty when
-    FedLNS or FedAvg did not run."""
+    recovery), and the references, as mean best-checkpoint / mean last-10 perplexity over FedLNS's seeds at that
+    setting (the clean run too: the fraction sweep has fewer seeds than the 40% comparison); empty when FedLNS or
+    FedAvg did not run."""
     main = main_runs(summaries)
     groups = _group(main, ("family", "partition", "fraction", "method"))
     strongest = {(r["family"], r["partition"], r["fraction"]): r["baseline"] for r in paired
@@ -562,22 +563,26 @@ def glance_markdown(summaries: list[dict], paired: list[dict], recovered: list[d
                       key=lambda key: _setting_order(*key))
     for family, partition, fraction in settings:
         fedlns = groups[(family, partition, fraction, "fedlns")]
-        fedavg = groups.get((family, partition, fraction, "fedavg"))
+        seeds = {s["seed"] for s in fedlns}
+
+        def runs_of(method, at=fraction):   # every cell of the row over the same seeds
+            return [s for s in groups.get((family, partition, at, method), []) if s["seed"] in seeds]
+
+        fedavg = runs_of("fedavg")
         if not fedavg:
             continue
         baseline = strongest.get((family, partition, fraction))
         rates = detection_rates(**{k: sum(s[k] for s in fedlns) for k in ("tp", "fp", "fn", "tn")})
         recovery_row = fedlns_recovery.get((family, partition, fraction))
         unigram = [s["unigram_perplexity"] for s in fedlns if s["unigram_perplexity"] is not None]
-        strongest_cell = (f"{METHOD_NAMES[baseline]} {both(groups[(family, partition, fraction, baseline)])}"
+        strongest_cell = (f"{METHOD_NAMES[baseline]} {both(runs_of(baseline))}"
                           if baseline else "–")
         lines.append(
             f"| {family_label(family, fedlns)} | {PARTITION_NAMES[partition]} | {_percent(fraction)} | {len(fedlns)} | "
             f"{both(fedavg)} | {strongest_cell}"
             + f" | {both(fedlns)} | {_pct(rates['tpr'])} / {_pct(rates['fpr'])} | "
             + (_interval(recovery_row["best"], 2) if recovery_row else "–")
-            + f" | {both(groups.get((family, partition, fraction, 'oracle')))} | "
-            f"{both(groups.get((family, partition, 0.0, 'fedavg')))} | "
+            + f" | {both(runs_of('oracle'))} | {both(runs_of('fedavg', at=0.0))} | "
             + (f"{np.mean(unigram):.0f}" if unigram else "–") + " |")
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
@@ -683,9 +688,10 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
     if glance:
         markdown += ["## At a glance", "",
                      "Perplexity, mean over seeds of the best checkpoint / of the last-10-round mean. Strongest "
-                     "baseline: the lowest mean best-checkpoint perplexity of the six baselines. TPR/FPR pooled over "
-                     "the seeds' decided rounds. Recovery: (FedAvg - FedLNS) / (FedAvg - Oracle), per seed, mean and "
-                     "95% t interval. Clean: FedAvg with no attacker.", "", glance]
+                     "baseline: the lowest mean best-checkpoint perplexity of the baselines run at that setting. "
+                     "Every cell of a row is over the row's seeds. TPR/FPR pooled over the seeds' decided rounds. "
+                     "Recovery: (FedAvg - FedLNS) / (FedAvg - Oracle), per seed, mean and 95% t interval. Clean: "
+                     "FedAvg with no attacker.", "", glance]
     markdown += [to_markdown(t) for t in tables]
     if paired:
         markdown += ["## FedLNS against the strongest baseline, paired by seed", "",
