@@ -150,7 +150,7 @@ def _machine_text(machine: dict) -> str:
 def closeness(expected: list[dict], actual: list[dict]) -> dict:
     """How far a re-run is from its archive: the largest relative difference of the evaluation loss over the
     rounds, the rounds whose kept/rejected labels differ, and the best and last-10 perplexity of each."""
-    from .stats import best_checkpoint, finite_loss
+    from .stats import best_checkpoint, finite_loss, last10_loss, perplexity
 
     pairs = [(old, new) for old, new in zip(expected, actual) if old.get("round") == new.get("round")]
     loss = [abs(new["eval_loss"] - old["eval_loss"]) / abs(old["eval_loss"]) for old, new in pairs
@@ -158,12 +158,10 @@ def closeness(expected: list[dict], actual: list[dict]) -> dict:
     decided = [(old, new) for old, new in pairs if "label" in old or "label" in new]
     flipped = sum(old.get("label") != new.get("label") for old, new in decided)
 
-    def perplexities(records):
-        trained = [r for r in records if r.get("round", 0) >= 1 and r.get("eval_loss") is not None]
-        if not trained:
+    def perplexities(records):   # best checkpoint and last 10 rounds, as the report reads them
+        if not any(r["round"] >= 1 for r in records):
             return float("nan"), float("nan")
-        best = finite_loss(best_checkpoint(records))
-        return math.exp(best), math.exp(sum(r["eval_loss"] for r in trained[-10:]) / len(trained[-10:]))
+        return perplexity(finite_loss(best_checkpoint(records))), perplexity(last10_loss(records))
 
     (best_old, last_old), (best_new, last_new) = perplexities(expected), perplexities(actual)
     largest = max(abs(best_new - best_old) / best_old, abs(last_new - last_old) / last_old)

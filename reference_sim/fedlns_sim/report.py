@@ -22,7 +22,8 @@ import numpy as np
 from .config import (ATTACK_NAMES, BASELINES, CORPUS_NAMES, FAMILIES, FAMILY_CORPUS, FAMILY_NAMES, METHOD_NAMES,
                      METHODS, PARTITION_NAMES, PARTITIONS)
 from .runfiles import read_records
-from .stats import auc, best_checkpoint, detection_rates, finite_loss, mean_std, recovery, t_interval
+from .stats import (auc, best_checkpoint, detection_rates, finite_loss, last10_loss, mean_std, perplexity,
+                    recovery, t_interval)
 
 METRICS = {"eval_loss": "Test Loss", "perplexity": "Test PPL", "entropy": "Semantic Entropy"}
 KINDS = {"best": "best", "last10": "last 10"}   # best checkpoint; mean of the last ten rounds
@@ -50,7 +51,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
         trained = [r for r in records if r["round"] >= 1]
         if not trained or (finished_only and trained[-1]["round"] < config["rounds"]):
             continue
-        best = best_checkpoint(records)
+        best, last10 = best_checkpoint(records), last10_loss(records)
         last = trained[-10:]
         decided = [r for r in trained if r.get("decided") and "tp" in r]
         totals = {k: sum(r[k] for r in decided) for k in ("tp", "fp", "fn", "tn")}
@@ -62,13 +63,12 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
             "attack": config.get("attack", PAPER_ATTACK),
             "backdoor_asr": _mean_or_nan([r.get("backdoor_asr") for r in last]),
             "coverage": config["activation_coverage"], "rounds": config["rounds"], "completed": trained[-1]["round"],
-            "best_round": best["round"], "eval_loss": finite_loss(best), "perplexity": _ppl(finite_loss(best)),
+            "best_round": best["round"], "eval_loss": finite_loss(best), "perplexity": perplexity(finite_loss(best)),
             "entropy": best["entropy"],
-            "last10_eval_loss": float(np.mean([finite_loss(r) for r in last])),
-            "last10_perplexity": _ppl(float(np.mean([finite_loss(r) for r in last]))),
+            "last10_eval_loss": last10, "last10_perplexity": perplexity(last10),
             "last10_entropy": _mean_or_nan([r.get("entropy") for r in last]),
-            "initial_perplexity": _ppl(finite_loss(records[0])) if records[0]["round"] == 0 else None,
-            "final_perplexity": _ppl(finite_loss(trained[-1])),
+            "initial_perplexity": perplexity(finite_loss(records[0])) if records[0]["round"] == 0 else None,
+            "final_perplexity": perplexity(finite_loss(trained[-1])),
             "unigram_perplexity": meta.get("unigram_perplexity"),
             "selects_clients": any(r.get("selects_clients") for r in trained),
             **totals, **detection_rates(**totals), **screening_diagnostics(trained),
@@ -77,7 +77,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
             "eval_time_s": sum(r["eval_time_s"] for r in trained),
             "activation_round": active[0] if active else None,
             "early_best": _early_best(trained, active[0]) if active else None,
-            "curve": [(r["round"], _ppl(finite_loss(r))) for r in records],
+            "curve": [(r["round"], perplexity(finite_loss(r))) for r in records],
             "corpus": config.get("corpus") or FAMILY_CORPUS[config["family"]],
             "pretrain_corpus": config.get("pretrain_corpus", ""), "peft": config.get("peft", ""),
             "n_parameters": meta.get("n_parameters"), "payload_parameters": meta.get("payload_parameters"),
@@ -128,15 +128,11 @@ def _mean_or_nan(values) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def _ppl(loss: float) -> float:
-    return math.exp(loss) if loss < 700 else float("inf")
-
-
 def _early_best(trained: list[dict], activation_round: int, window: int = 10) -> dict:
     """Bank-coverage ablation rule: the best of the first ``window`` active rounds."""
     rows = [r for r in trained if activation_round <= r["round"] < activation_round + window]
     best = min(rows, key=finite_loss)
-    return {"eval_loss": finite_loss(best), "perplexity": _ppl(finite_loss(best)), "entropy": best["entropy"]}
+    return {"eval_loss": finite_loss(best), "perplexity": perplexity(finite_loss(best)), "entropy": best["entropy"]}
 
 
 def check_same_code(summaries: list[dict]) -> dict:
@@ -204,9 +200,7 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
                 top = _percent(max(s["fraction"] for s in subset))
                 note += (f" Those run at every fraction; all seeds of the {top}"
                          f" comparison ({_seed_list(all_seeds)}) are in 'At a glance' and the paired tables.")
-            # a 0% column only when a defence ran without attackers too; else FedAvg at 0% is the Clean row
-            fractions = sorted({s["fraction"] for s in subset if s["fraction"] > 0 or s["method"] != "fedavg"})
-            fractions = fractions or [0.0]
+            fractions = table_fractions(subset)
             methods = _ordered({s["method"] for s in subset})
             methods = [m for m in methods if m != "oracle"] + [m for m in methods if m == "oracle"]
             clean = [s for s in subset if s["method"] == "fedavg" and s["fraction"] == 0.0]
@@ -239,12 +233,16 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
     return tables
 
 
+def table_fractions(runs: list[dict]) -> list[float]:
+    """The malicious fractions a table's columns show: a 0% column only when a defence ran without attackers too;
+    else FedAvg at 0% is the Clean reference row."""
+    return sorted({s["fraction"] for s in runs if s["fraction"] > 0 or s["method"] != "fedavg"}) or [0.0]
+
+
 def sweep_seeds(runs: list[dict]) -> list[int]:
-    """The seeds a fraction sweep has at every malicious fraction it ran (0% counted only where a defence ran
-    without attackers; FedAvg at 0% alone is the clean reference of every seed)."""
-    fractions = {s["fraction"] for s in runs if s["fraction"] > 0 or s["method"] != "fedavg"} or {0.0}
-    per_fraction = [{s["seed"] for s in runs if s["fraction"] == f} for f in fractions]
-    return sorted(set.intersection(*per_fraction))
+    """The seeds a fraction sweep has at every fraction its table shows (:func:`table_fractions`)."""
+    return sorted(set.intersection(*({s["seed"] for s in runs if s["fraction"] == f}
+                                     for f in table_fractions(runs))))
 
 
 def _seed_list(seeds) -> str:
@@ -469,7 +467,7 @@ def to_markdown(table: dict) -> str:
             mean, std, n = table["cells"][(row, column)]
             text = _cell(mean, std, table.get("digits", 2))
             text = f"**{text}**" if best.get(column) == row else text
-            if row != UNIGRAM and len(table.get("seeds", ())) > n:   # a cell with fewer seeds than the table
+            if len(table.get("seeds", ())) > n:   # a cell with fewer seeds than the table
                 text += f" (n={n})"
             cells.append(text)
         name = names.get(row, row)

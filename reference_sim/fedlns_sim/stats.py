@@ -95,6 +95,19 @@ def best_checkpoint(records: list[dict]) -> dict:
     return min(trained, key=lambda r: (finite_loss(r), r["round"]))
 
 
+def last10_loss(records: list[dict]) -> float:
+    """The mean evaluation loss of the last ten trained rounds (how a run ends; +inf if one of them diverged)."""
+    trained = [r for r in records if r["round"] >= 1]
+    if not trained:
+        raise ValueError("no trained rounds to average")
+    return float(np.mean([finite_loss(r) for r in trained[-10:]]))
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), +inf where it would overflow."""
+    return math.exp(loss) if loss < 700 else float("inf")
+
+
 def finite_loss(record: dict) -> float:
     """A record's evaluation loss, +inf for a diverged round (``null`` in the file, NaN or inf in memory)."""
     loss = record.get("eval_loss")
