@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("torch")
 from fedlns_sim.config import make_config  # noqa: E402
-from fedlns_sim.report import (MixedCodeError, fraction_tables, load_runs, paired_rows,  # noqa: E402
-                               recovery_rows, to_latex, to_markdown, write_report)
+from fedlns_sim.report import (MixedCodeError, clean_cost_rows, fraction_tables, load_runs,  # noqa: E402
+                               paired_rows, recovery_rows, to_latex, to_markdown, write_report)
 from fedlns_sim.stats import mean_std  # noqa: E402
 
 
@@ -226,3 +226,32 @@ def test_fraction_sweep_tables_use_the_seeds_run_at_every_fraction(tmp_path):
                if line.startswith("| GPT") and "| 10% |" in line)
     best, last = (np.mean([math.exp(f(x)) for x in (2.1, 2.2, 2.3)]) for f in (lambda x: x, lambda x: (x + 3) / 2))
     assert row.split(" | ")[3] == "3" and row.split(" | ")[-2] == f"{best:.0f} / {last:.0f}" == "9 / 13"
+
+
+def test_clean_cost_pairs_each_defence_at_zero_percent_with_clean_fedavg(tmp_path):
+    """At 0% malicious, a defence's cost is its perplexity minus FedAvg's at the same seed; seed 300 has no clean
+    FedAvg run and is left out; FedAvg (the reference) and 40% runs have no row."""
+    flat = [9.0, 6.0, 6.0]
+    clean = {100: 3.0, 200: 3.2}
+    for seed, loss in clean.items():
+        _fake_run(tmp_path, "fedavg", seed, [9.0, loss, 5.0], flat, fraction=0.0)
+    fedlns = {100: 3.1, 200: 3.5, 300: 3.0}
+    for seed, loss in fedlns.items():
+        _fake_run(tmp_path, "fedlns", seed, [9.0, loss, 5.0], flat, fraction=0.0)
+        _fake_run(tmp_path, "fedlns", seed, [9.0, loss, 5.0], flat, fraction=0.4)
+    _fake_run(tmp_path, "norm_bounded_fedavg", 100, [9.0, 2.9, 5.0], flat, fraction=0.0)
+    rows = clean_cost_rows(load_runs(tmp_path))
+    assert [(r["method"], r["seeds"]) for r in rows] == [("norm_bounded_fedavg", [100]), ("fedlns", [100, 200])]
+    row = rows[1]
+    differences = [math.exp(fedlns[s]) - math.exp(clean[s]) for s in (100, 200)]
+    assert row["best"]["mean"] == pytest.approx(np.mean(differences))
+    assert row["best_relative"]["mean"] == pytest.approx(np.mean([math.exp(fedlns[s] - clean[s]) - 1
+                                                                   for s in (100, 200)]))
+    last10 = [math.exp((fedlns[s] + 5.0) / 2) - math.exp((clean[s] + 5.0) / 2) for s in (100, 200)]
+    assert row["last10"]["mean"] == pytest.approx(np.mean(last10))
+    assert row["fpr"] == 0.0    # every fake round: fp=0, tn=3
+    assert rows[0]["best"]["mean"] < 0 and math.isnan(rows[0]["best"]["low"])    # one seed: no interval
+    text = write_report(tmp_path, tmp_path / "report")["tables"].read_text()
+    assert "## What each defence costs without attackers (0% malicious)" in text
+    line = next(x for x in text.splitlines() if x.startswith("| GPT") and "| FedLNS |" in x and "| 2 |" in x)
+    assert line.endswith("| 0.0% |") and f"{100 * row['best_relative']['mean']:+.1f} [" in line

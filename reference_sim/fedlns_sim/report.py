@@ -338,6 +338,33 @@ def recovery_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]
     return rows
 
 
+def clean_cost_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
+    """What each defence costs when nobody attacks: at 0% malicious, its perplexity minus clean FedAvg's, paired by
+    seed, at the best checkpoint and over the last 10 rounds, absolute and relative to FedAvg (per-seed mean with a
+    t interval), and, for methods that pick clients, the share of benign clients it rejected (pooled)."""
+    rows = []
+    clean = [s for s in main_runs(summaries) if s["fraction"] == 0]
+    by_key = {(s["family"], s["partition"], s["method"], s["seed"]): s for s in clean}
+    for (family, partition), runs in sorted(_group(clean, ("family", "partition")).items(),
+                                            key=lambda item: _setting_order(*item[0], 0.0)):
+        for method in _ordered({s["method"] for s in runs}):
+            if method in ("fedavg", "oracle"):
+                continue
+            own = [s for s in runs if s["method"] == method and (family, partition, "fedavg", s["seed"]) in by_key]
+            if not own:
+                continue
+            row = {"family": family, "model": family_label(family, runs), "partition": partition, "method": method,
+                   "seeds": sorted(s["seed"] for s in own), "selects_clients": own[0]["selects_clients"],
+                   "fpr": detection_rates(**{k: sum(s[k] for s in own) for k in ("tp", "fp", "fn", "tn")})["fpr"]}
+            for kind in KINDS:
+                key = "perplexity" if kind == "best" else "last10_perplexity"
+                pairs = [(s[key], by_key[(family, partition, "fedavg", s["seed"])][key]) for s in own]
+                row[kind] = t_interval([m - f for m, f in pairs], confidence)
+                row[f"{kind}_relative"] = t_interval([m / f - 1 for m, f in pairs], confidence)
+            rows.append(row)
+    return rows
+
+
 def _setting_order(family, partition, fraction):
     return FAMILIES.index(family), PARTITIONS.index(partition), fraction
 
@@ -537,6 +564,23 @@ def recovery_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def clean_cost_markdown(rows: list[dict]) -> str:
+    lines = ["| Model | Partition | Method | Seeds | Best: minus FedAvg [95% CI] | Best: relative "
+             "| Last 10: minus FedAvg [95% CI] | Last 10: relative | Benign clients rejected |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def relative(result):
+        percent = {k: 100 * result[k] for k in ("mean", "low", "high")}
+        return _interval(percent) + " %"
+
+    for r in rows:
+        lines.append(f"| {r['model']} | {PARTITION_NAMES[r['partition']]} | {METHOD_NAMES[r['method']]} | "
+                     f"{len(r['seeds'])} | {_interval(r['best'])} | {relative(r['best_relative'])} | "
+                     f"{_interval(r['last10'])} | {relative(r['last10_relative'])} | "
+                     + (_pct(r["fpr"]) if r["selects_clients"] else "–") + " |")
+    return "\n".join(lines) + "\n"
+
+
 def glance_markdown(summaries: list[dict], paired: list[dict], recovered: list[dict]) -> str:
     """One row per attacked setting: FedAvg, the strongest baseline, FedLNS (with its pooled TPR/FPR and its
     recovery), and the references, as mean best-checkpoint / mean last-10 perplexity over FedLNS's seeds at that
@@ -701,6 +745,13 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
                      "1 = as good as averaging the benign clients only, 0 = no better than FedAvg under attack. "
                      "Per-seed values with a 95% t interval, and the ratio of the seed means.", "",
                      recovery_markdown(recovered)]
+    clean_cost = clean_cost_rows(summaries)
+    if clean_cost:
+        markdown += ["## What each defence costs without attackers (0% malicious)", "",
+                     "Perplexity of the defence minus clean FedAvg's (FedAvg at 0%), per seed; mean and 95% t "
+                     "interval over seeds, absolute and relative to FedAvg (positive: the defence is worse). "
+                     "Benign clients rejected: pooled over the decided rounds, for methods that pick clients.", "",
+                     clean_cost_markdown(clean_cost)]
     matrix = attack_matrix(summaries)
     if matrix:
         markdown += ["## Robustness matrix: attack x method", "",
@@ -725,5 +776,5 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
 
         paths = plot_all(summaries, recovered, out, matrix)
     return {"tables": out / "tables.md", "plots": paths, "summaries": summaries, "table_objects": tables,
-            "paired": paired, "recovery": recovered, "matrix": matrix, "code": code,
+            "paired": paired, "recovery": recovered, "clean_cost": clean_cost, "matrix": matrix, "code": code,
             "left_out": left_out}
