@@ -70,3 +70,19 @@ def test_screener_settings_come_from_the_config():
         expected.retain_rule, expected.min_separation, expected.lone_separation)
     assert planned.activation_threshold == config.activation_threshold and planned.mixture_solver == "fast"
     assert make_screener(make_config("cpu", "gpt", method="fedavg")) is None
+
+
+@pytest.mark.parametrize("warmup", ["hold", "aggregate"])
+def test_warmup_before_activation_holds_the_global_model_or_averages_everyone(warmup):
+    from fedlns_core import weighted_average
+
+    config = make_config("smoke", "gpt", method="fedlns", num_clients=10, activation_coverage=1.0, warmup=warmup)
+    global_params, clients, counts = _round()
+    screener = make_screener(config)
+    assert screener.warmup == warmup
+    first = {c: clients[c] for c in range(5)}            # 5 of the 10 ids: the bank is not full, no screening yet
+    outcome = aggregate_round(config, screener, global_params, first, {c: counts[c] for c in first}, 1)
+    assert not outcome.decided
+    expected = global_params if warmup == "hold" else weighted_average(global_params, first, {c: 8.0 for c in first})
+    assert all(np.allclose(outcome.params[k], expected[k]) for k in global_params)
+    assert outcome.kept == ([] if warmup == "hold" else list(first))

@@ -100,6 +100,8 @@ class Config:
     mixture_solver: str = "sklearn"       # FedLNS's mixtures: sklearn (the reference, as every archived run) | fast
     retain_rule: str = "paper"            # FedLNS: paper | for_federation (the rule FedLNS.for_federation picks for
                                           # clients_per_round, docs/rules.md; the activation threshold stays this config's)
+    warmup: str = "hold"                  # FedLNS before activation: hold (the paper's eq. skip_update: the global model
+                                          # stays) | aggregate (FedAvg over every valid client until screening starts)
     # system
     device: str = "auto"                  # auto | cpu | cuda
     threads: int = 0                      # torch threads; 0 = leave torch's default
@@ -187,6 +189,7 @@ class Config:
              f"batch_clients must be off, on or auto, got {self.batch_clients!r}"),
             (self.retain_rule in ("paper", "for_federation"),
              f"retain_rule must be paper or for_federation, got {self.retain_rule!r}"),
+            (self.warmup in ("hold", "aggregate"), f"warmup must be hold or aggregate, got {self.warmup!r}"),
             (self.mixture_solver in ("sklearn", "fast"),
              f"mixture_solver must be sklearn or fast, got {self.mixture_solver!r}"),
             (self.signature in ("norms", "lora_stats"), f"signature must be norms or lora_stats, got {self.signature!r}"),

@@ -39,7 +39,8 @@ def make_screener(config):
     selector = lora_selector() if config.signature == "lora_stats" else None
     settings = dict(selector=selector, activation_threshold=config.activation_threshold,
                     components="two" if config.method == "fedlns_two" else "bic",
-                    mixture_solver=config.mixture_solver, random_state=stream_seed(config.seed, "screening"))
+                    mixture_solver=config.mixture_solver, warmup=config.warmup,
+                    random_state=stream_seed(config.seed, "screening"))
     if config.retain_rule == "for_federation":   # the rule measured best for this round size; the bound only sets
         return FedLNS.for_federation(config.num_clients, config.clients_per_round, 0.4, **settings)   # a threshold
     return FedLNS(**settings)                                                     # the paper's rule
