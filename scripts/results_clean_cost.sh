@@ -26,5 +26,5 @@ for variant in paper-hold paper-aggregate guarded-hold guarded-aggregate; do
   cp -rn "$runs"/clean-fedavg/gpt-* "$runs/$variant/"     # the shared reference (finished runs are skipped)
   # shellcheck disable=SC2086   # the settings are words
   sweep --methods fedlns ${settings[$variant]} --out "$runs/$variant"
-  "$sim" report "$runs/$variant" --out "$runs/$variant/report"
 done
+# Reports are made once, from the archived runs (docs/results/cpu-clean/README.md, "How it was made").
