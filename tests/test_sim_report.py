@@ -168,18 +168,27 @@ def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_orac
     flat = [9.0, 6.0, 6.0]
     for seed in (100, 200):
         _fake_run(tmp_path, "oracle", seed, [9.0, 3.0, 4.0], flat)
-        for attack, (fedavg, fedlns) in {"target_corruption": (5.0, 3.5), "alie": (4.0, 4.0)}.items():
+        for attack, (fedavg, fedlns) in {"target_corruption": (5.0, 3.5), "alie": (4.0, 4.0),
+                                         "gaussian": (2.9, 3.2)}.items():   # gaussian: no harm, no recovery
             for method, loss in (("fedavg", fedavg), ("fedlns", fedlns)):
                 _fake_run(tmp_path, method, seed, [9.0, loss, loss + 1.0], flat, attack=attack)
     cells = {(c["attack"], c["method"]): c for c in attack_matrix(load_runs(tmp_path))}
     assert cells[("target_corruption", "fedlns")]["recovery"]["mean"] == pytest.approx(
         (math.exp(5.0) - math.exp(3.5)) / (math.exp(5.0) - math.exp(3.0)))
     assert cells[("alie", "fedlns")]["recovery"]["mean"] == pytest.approx(0.0)     # no better than FedAvg
+    assert cells[("target_corruption", "fedlns")]["above_oracle"]["mean"] == pytest.approx(math.exp(0.5) - 1)
+    assert cells[("alie", "fedavg")]["above_oracle"]["mean"] == pytest.approx(math.exp(1.0) - 1)
     result = write_report(tmp_path, tmp_path / "report")
-    assert "## Robustness matrix" in result["tables"].read_text()
+    text = result["tables"].read_text()
+    assert "## Robustness matrix" in text
+    assert "GPT / WikiText, IID, 40% malicious: perplexity, mean of the last 10 rounds" in text
+    assert math.isnan(cells[("gaussian", "fedlns")]["recovery"]["mean"])
+    matrix_text = text.split("## Robustness matrix")[1].split("## Detection")[0]
+    assert "nan" not in matrix_text
+    assert "| FedLNS | 33 ± 0 (rec 0.90) 50.0%/0.0% | 25 ± 0 50.0%/0.0% | 55 ± 0 (rec 0.00) 50.0%/0.0% |" in matrix_text
     assert (tmp_path / "report" / "attack_matrix.png").is_file()
     # the main tables keep the paper's attack only
-    assert {s["attack"] for s in result["summaries"]} == {"target_corruption", "alie"}
+    assert {s["attack"] for s in result["summaries"]} == {"target_corruption", "alie", "gaussian"}
     table = next(t for t in result["table_objects"] if t.get("metric") == "eval_loss" and "family" in t)
     assert table["cells"][("fedlns", (0.4, "best"))][0] == pytest.approx(3.5)
 

@@ -202,8 +202,10 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
 
 
 def plot_attack_matrix(cells: list[dict], path: Path) -> Path:
-    """Heat maps of the recovery (FedAvg - method) / (FedAvg - oracle): rows = methods, columns = attacks, one
-    panel per (family, partition, fraction); 1 = as good as the oracle, 0 = no better than FedAvg."""
+    """Heat maps of the best-checkpoint perplexity above the oracle's (per seed, relative, mean over seeds): rows
+    = methods with FedAvg first, columns = attacks, one panel per (family, partition, fraction); 0% = as good as
+    averaging the benign clients only. Defined for every cell, unlike the recovery, which needs the attack to
+    have harmed FedAvg; the backdoor's cells also carry its success rate, which perplexity does not show."""
     import matplotlib.pyplot as plt
 
     from .config import ATTACK_NAMES
@@ -211,25 +213,31 @@ def plot_attack_matrix(cells: list[dict], path: Path) -> Path:
     panels = sorted({(c["family"], c["partition"], c["fraction"]) for c in cells},
                     key=lambda p: (FAMILIES.index(p[0]), PARTITIONS.index(p[1]), p[2]))
     attacks = [a for a in ATTACK_NAMES if any(c["attack"] == a for c in cells)]
-    methods = [m for m in METHODS if m != "fedavg" and any(c["method"] == m for c in cells)]
-    figure, axes = plt.subplots(1, len(panels), figsize=(1.0 + 0.75 * len(attacks) * len(panels),
+    methods = [m for m in METHODS if any(c["method"] == m for c in cells)]
+    top = 50.0   # percent; the colour scale saturates there
+    figure, axes = plt.subplots(1, len(panels), figsize=(1.0 + 0.8 * len(attacks) * len(panels),
                                                          1.6 + 0.42 * len(methods)), squeeze=False)
     for axis, (family, partition, fraction) in zip(axes[0], panels):
         grid = np.full((len(methods), len(attacks)), np.nan)
+        labels = {}
         for c in cells:
-            if (c["family"], c["partition"], c["fraction"]) == (family, partition, fraction) and c["method"] in methods \
-                    and c["recovery"] is not None:
-                grid[methods.index(c["method"]), attacks.index(c["attack"])] = c["recovery"]["mean"]
-        image = axis.imshow(np.clip(grid, -1, 1), cmap="RdYlGn", vmin=-1, vmax=1, aspect="auto")
-        for i in range(len(methods)):
-            for j in range(len(attacks)):
-                if np.isfinite(grid[i, j]):
-                    axis.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7)
+            if (c["family"], c["partition"], c["fraction"]) != (family, partition, fraction) \
+                    or c["above_oracle"] is None:
+                continue
+            i, j = methods.index(c["method"]), attacks.index(c["attack"])
+            grid[i, j] = 100 * c["above_oracle"]["mean"]
+            labels[i, j] = f"{grid[i, j]:+.0f}%"
+            if c["attack"] == "backdoor" and math.isfinite(c["backdoor_asr"][0]):
+                labels[i, j] += f"\nASR {c['backdoor_asr'][0]:.2f}"
+        image = axis.imshow(np.clip(grid, 0, top), cmap="RdYlGn_r", vmin=0, vmax=top, aspect="auto")
+        for (i, j), text in labels.items():
+            axis.text(j, i, text, ha="center", va="center", fontsize=6)
         axis.set_xticks(range(len(attacks)), attacks, rotation=60, fontsize=7, ha="right")
         axis.set_yticks(range(len(methods)), [METHOD_NAMES[m] for m in methods], fontsize=7)
         axis.set_title(f"{FAMILY_NAMES_SHORT[family]}, {PARTITION_NAMES[partition]}, {fraction * 100:g}% malicious",
                        fontsize=9)
-    figure.colorbar(image, ax=list(axes[0]), label="recovery (clipped to [-1, 1])", shrink=0.8)
+    figure.colorbar(image, ax=list(axes[0]), label=f"best perplexity above the oracle's (%, colour clipped to "
+                                                   f"0-{top:g})", shrink=0.8)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)

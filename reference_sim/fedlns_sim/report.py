@@ -420,8 +420,10 @@ def bank_tables(summaries: list[dict]) -> list[dict]:
 def attack_matrix(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
     """The robustness matrix, per (family, partition, fraction): for every method and attack, the best-checkpoint
     and last-10 perplexity (mean and std over seeds), the recovery (FedAvg - method) / (FedAvg - oracle) under
-    that attack paired by seed, detection rates, and the backdoor's success rate. Present only when runs of more
-    than the paper's attack exist. The oracle (and clean FedAvg) do not depend on the attack: one run serves all."""
+    that attack paired by seed, the best-checkpoint perplexity above the oracle's (per seed, relative; defined
+    even where the attack does FedAvg no harm and the recovery is not), detection rates, and the backdoor's
+    success rate. Present only when runs of more than the paper's attack exist. The oracle (and clean FedAvg) do
+    not depend on the attack: one run serves all."""
     attacked = [s for s in summaries if s["fraction"] > 0]
     if len({s["attack"] for s in attacked}) < 2:
         return []
@@ -437,44 +439,52 @@ def attack_matrix(summaries: list[dict], confidence: float = 0.95) -> list[dict]
         paired = [(fedavg[s["seed"]]["perplexity"], s["perplexity"], oracle[(family, partition, fraction,
                                                                             s["seed"])]["perplexity"])
                   for s in runs if s["seed"] in fedavg and (family, partition, fraction, s["seed"]) in oracle]
+        above_oracle = [s["perplexity"] / oracle[(family, partition, fraction, s["seed"])]["perplexity"] - 1
+                        for s in runs if (family, partition, fraction, s["seed"]) in oracle]
         totals = {k: sum(s[k] for s in runs) for k in ("tp", "fp", "fn", "tn")}
         cells.append({"family": family, "partition": partition, "fraction": fraction, "attack": attack,
                       "method": method, "seeds": sorted(s["seed"] for s in runs),
                       "perplexity": mean_std([s["perplexity"] for s in runs]),
                       "last10_perplexity": mean_std([s["last10_perplexity"] for s in runs]),
                       "recovery": t_interval([recovery(*p) for p in paired], confidence) if paired else None,
+                      "above_oracle": t_interval(above_oracle, confidence) if above_oracle else None,
                       "selects_clients": runs[0]["selects_clients"], **detection_rates(**totals),
                       "backdoor_asr": mean_std([s["backdoor_asr"] for s in runs])})
     return cells
 
 
 def attack_matrix_markdown(cells: list[dict]) -> str:
-    """One table per (family, partition, fraction): rows = methods, columns = attacks."""
+    """Two tables per (family, partition, fraction), rows = methods, columns = attacks: the best checkpoint (with
+    the recovery where the attack harmed FedAvg at every seed, detection rates and the backdoor's success), and
+    the mean of the last 10 rounds."""
     out = []
     for (family, partition, fraction), group in _group(cells, ("family", "partition", "fraction")).items():
         attacks = [a for a in ATTACK_NAMES if any(c["attack"] == a for c in group)]
         methods = [m for m in METHODS if any(c["method"] == m for c in group)]
         by = {(c["method"], c["attack"]): c for c in group}
-        out += [f"**{FAMILY_NAMES[family]}, {PARTITION_NAMES[partition]}, {_percent(fraction)} malicious: "
-                "best-checkpoint perplexity (recovery; TPR/FPR for methods that pick clients; backdoor success)**",
-                "", "| Method | " + " | ".join(attacks) + " |", "|---" * (len(attacks) + 1) + "|"]
-        for method in methods:
-            row = []
-            for attack in attacks:
-                c = by.get((method, attack))
-                if c is None:
-                    row.append("–")
-                    continue
-                text = _cell(*c["perplexity"], 0)
-                if c["recovery"] is not None and method != "fedavg":
-                    text += f" (rec {c['recovery']['mean']:.2f})"
-                if c["selects_clients"] and math.isfinite(c["tpr"]):
-                    text += f" {_pct(c['tpr'])}/{_pct(c['fpr'])}"
-                if attack == "backdoor" and math.isfinite(c["backdoor_asr"][0]):
-                    text += f" ASR {c['backdoor_asr'][0]:.2f}"
-                row.append(text)
-            out.append(f"| {METHOD_NAMES[method]} | " + " | ".join(row) + " |")
-        out.append("")
+        setting = f"{FAMILY_NAMES[family]}, {PARTITION_NAMES[partition]}, {_percent(fraction)} malicious"
+        for title, metric in ((f"**{setting}: best-checkpoint perplexity (recovery; TPR/FPR for methods that pick "
+                               "clients; backdoor success)**", "perplexity"),
+                              (f"**{setting}: perplexity, mean of the last 10 rounds**", "last10_perplexity")):
+            out += [title, "", "| Method | " + " | ".join(attacks) + " |", "|---" * (len(attacks) + 1) + "|"]
+            for method in methods:
+                row = []
+                for attack in attacks:
+                    c = by.get((method, attack))
+                    if c is None:
+                        row.append("–")
+                        continue
+                    text = _cell(*c[metric], 0)
+                    if metric == "perplexity":
+                        if c["recovery"] is not None and method != "fedavg" and math.isfinite(c["recovery"]["mean"]):
+                            text += f" (rec {c['recovery']['mean']:.2f})"
+                        if c["selects_clients"] and math.isfinite(c["tpr"]):
+                            text += f" {_pct(c['tpr'])}/{_pct(c['fpr'])}"
+                        if attack == "backdoor" and math.isfinite(c["backdoor_asr"][0]):
+                            text += f" ASR {c['backdoor_asr'][0]:.2f}"
+                    row.append(text)
+                out.append(f"| {METHOD_NAMES[method]} | " + " | ".join(row) + " |")
+            out.append("")
     return "\n".join(out)
 
 
@@ -755,9 +765,11 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
     matrix = attack_matrix(summaries)
     if matrix:
         markdown += ["## Robustness matrix: attack x method", "",
-                     "Best-checkpoint perplexity, mean ± std over seeds; *rec* = recovery (FedAvg - method) / "
-                     "(FedAvg - Oracle) under the same attack, mean over seeds; for methods that pick clients, "
-                     "TPR/FPR; for the backdoor, its success rate over the last 10 rounds.", "",
+                     "Perplexity, mean ± std over seeds; *rec* = recovery (FedAvg - method) / "
+                     "(FedAvg - Oracle) under the same attack, mean over seeds, left out where the attack did not "
+                     "raise FedAvg above the oracle at every seed (then it is undefined); for methods that pick "
+                     "clients, TPR/FPR pooled over seeds; for the backdoor, its success rate over the last 10 "
+                     "rounds. `attack_matrix.png`: best-checkpoint perplexity above the oracle's, per seed.", "",
                      attack_matrix_markdown(matrix)]
     markdown += ["## Detection (positive = rejected) and FedLNS's screening diagnostics", "",
                  detection_markdown(summaries), "## Wall time per run (seconds, mean over runs)", "",
