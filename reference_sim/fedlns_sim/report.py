@@ -427,20 +427,19 @@ def attack_matrix(summaries: list[dict], confidence: float = 0.95) -> list[dict]
     attacked = [s for s in summaries if s["fraction"] > 0]
     if len({s["attack"] for s in attacked}) < 2:
         return []
-    oracle = {(s["family"], s["partition"], s["fraction"], s["seed"]): s for s in attacked if s["method"] == "oracle"}
+    oracle = {(s["family"], s["partition"], s["fraction"], s["seed"]): s["perplexity"]
+              for s in attacked if s["method"] == "oracle"}
+    groups = _group([s for s in attacked if s["method"] != "oracle"],
+                    ("family", "partition", "fraction", "attack", "method"))
     cells = []
     for (family, partition, fraction, attack, method), runs in sorted(
-            _group([s for s in attacked if s["method"] != "oracle"],
-                   ("family", "partition", "fraction", "attack", "method")).items(),
-            key=lambda item: (*_setting_order(*item[0][:3]), ATTACK_NAMES.index(item[0][3]),
-                              METHODS.index(item[0][4]))):
-        fedavg = {s["seed"]: s for s in attacked if (s["family"], s["partition"], s["fraction"], s["attack"],
-                                                      s["method"]) == (family, partition, fraction, attack, "fedavg")}
-        paired = [(fedavg[s["seed"]]["perplexity"], s["perplexity"], oracle[(family, partition, fraction,
-                                                                            s["seed"])]["perplexity"])
-                  for s in runs if s["seed"] in fedavg and (family, partition, fraction, s["seed"]) in oracle]
-        above_oracle = [s["perplexity"] / oracle[(family, partition, fraction, s["seed"])]["perplexity"] - 1
-                        for s in runs if (family, partition, fraction, s["seed"]) in oracle]
+            groups.items(), key=lambda item: (*_setting_order(*item[0][:3]), ATTACK_NAMES.index(item[0][3]),
+                                              METHODS.index(item[0][4]))):
+        fedavg = {s["seed"]: s["perplexity"] for s in groups.get((family, partition, fraction, attack, "fedavg"), [])}
+        with_oracle = [(s, oracle[family, partition, fraction, s["seed"]]) for s in runs
+                       if (family, partition, fraction, s["seed"]) in oracle]
+        paired = [(fedavg[s["seed"]], s["perplexity"], base) for s, base in with_oracle if s["seed"] in fedavg]
+        above_oracle = [s["perplexity"] / base - 1 for s, base in with_oracle]
         totals = {k: sum(s[k] for s in runs) for k in ("tp", "fp", "fn", "tn")}
         cells.append({"family": family, "partition": partition, "fraction": fraction, "attack": attack,
                       "method": method, "seeds": sorted(s["seed"] for s in runs),
@@ -451,6 +450,23 @@ def attack_matrix(summaries: list[dict], confidence: float = 0.95) -> list[dict]
                       "selects_clients": runs[0]["selects_clients"], **detection_rates(**totals),
                       "backdoor_asr": mean_std([s["backdoor_asr"] for s in runs])})
     return cells
+
+
+def _matrix_cell(cell: dict | None, metric: str) -> str:
+    """One cell of the attack matrix: the perplexity; at the best checkpoint also the recovery (where defined),
+    the detection rates and the backdoor's success rate."""
+    if cell is None:
+        return "–"
+    text = _cell(*cell[metric], 0)
+    if metric != "perplexity":
+        return text
+    if cell["method"] != "fedavg" and cell["recovery"] is not None and math.isfinite(cell["recovery"]["mean"]):
+        text += f" (rec {cell['recovery']['mean']:.2f})"
+    if cell["selects_clients"] and math.isfinite(cell["tpr"]):
+        text += f" {_pct(cell['tpr'])}/{_pct(cell['fpr'])}"
+    if cell["attack"] == "backdoor" and math.isfinite(cell["backdoor_asr"][0]):
+        text += f" ASR {cell['backdoor_asr'][0]:.2f}"
+    return text
 
 
 def attack_matrix_markdown(cells: list[dict]) -> str:
@@ -467,23 +483,8 @@ def attack_matrix_markdown(cells: list[dict]) -> str:
                                "clients; backdoor success)**", "perplexity"),
                               (f"**{setting}: perplexity, mean of the last 10 rounds**", "last10_perplexity")):
             out += [title, "", "| Method | " + " | ".join(attacks) + " |", "|---" * (len(attacks) + 1) + "|"]
-            for method in methods:
-                row = []
-                for attack in attacks:
-                    c = by.get((method, attack))
-                    if c is None:
-                        row.append("–")
-                        continue
-                    text = _cell(*c[metric], 0)
-                    if metric == "perplexity":
-                        if c["recovery"] is not None and method != "fedavg" and math.isfinite(c["recovery"]["mean"]):
-                            text += f" (rec {c['recovery']['mean']:.2f})"
-                        if c["selects_clients"] and math.isfinite(c["tpr"]):
-                            text += f" {_pct(c['tpr'])}/{_pct(c['fpr'])}"
-                        if attack == "backdoor" and math.isfinite(c["backdoor_asr"][0]):
-                            text += f" ASR {c['backdoor_asr'][0]:.2f}"
-                    row.append(text)
-                out.append(f"| {METHOD_NAMES[method]} | " + " | ".join(row) + " |")
+            out += [f"| {METHOD_NAMES[method]} | " + " | ".join(_matrix_cell(by.get((method, attack)), metric)
+                                                                for attack in attacks) + " |" for method in methods]
             out.append("")
     return "\n".join(out)
 
