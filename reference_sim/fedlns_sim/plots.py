@@ -233,7 +233,9 @@ def plot_attack_matrix(cells: list[dict], path: Path) -> Path:
         for (i, j), text in labels.items():
             axis.text(j, i, text, ha="center", va="center", fontsize=6)
         axis.set_xticks(range(len(attacks)), attacks, rotation=60, fontsize=7, ha="right")
-        axis.set_yticks(range(len(methods)), [METHOD_NAMES[m] for m in methods], fontsize=7)
+        # The rows are the same in every panel: name them once, on the left, where they cannot overlap a panel.
+        axis.set_yticks(range(len(methods)), [METHOD_NAMES[m] for m in methods] if axis is axes[0][0] else [],
+                        fontsize=7)
         axis.set_title(f"{FAMILY_NAMES_SHORT[family]}, {PARTITION_NAMES[partition]}, {fraction * 100:g}% malicious",
                        fontsize=9)
     figure.colorbar(image, ax=list(axes[0]), label=f"best perplexity above the oracle's (%, colour clipped to "
