@@ -168,6 +168,7 @@ def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_orac
     flat = [9.0, 6.0, 6.0]
     for seed in (100, 200):
         _fake_run(tmp_path, "oracle", seed, [9.0, 3.0, 4.0], flat)
+        _fake_run(tmp_path, "fedavg", seed, [9.0, 2.5, 3.5], flat, fraction=0.0)   # clean
         for attack, (fedavg, fedlns) in {"target_corruption": (5.0, 3.5), "alie": (4.0, 4.0),
                                          "gaussian": (2.9, 3.2)}.items():   # gaussian: no harm, no recovery
             for method, loss in (("fedavg", fedavg), ("fedlns", fedlns)):
@@ -186,6 +187,9 @@ def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_orac
     matrix_text = text.split("## Robustness matrix")[1].split("## Detection")[0]
     assert "nan" not in matrix_text
     assert "| FedLNS | 33 ± 0 (rec 0.90) 50.0%/0.0% | 25 ± 0 50.0%/0.0% | 55 ± 0 (rec 0.00) 50.0%/0.0% |" in matrix_text
+    # the references beside the matrix, once per table: the oracle of that fraction, FedAvg at 0%
+    assert matrix_text.count("References, whatever the attack: *Oracle* ") == 2
+    assert "*Oracle* 20 ± 0 (2 seeds); *Clean* 12 ± 0 (2 seeds)." in matrix_text      # exp(3.0), exp(2.5)
     assert (tmp_path / "report" / "attack_matrix.png").is_file()
     # the main tables keep the paper's attack only
     assert {s["attack"] for s in result["summaries"]} == {"target_corruption", "alie", "gaussian"}

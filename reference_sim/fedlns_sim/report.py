@@ -469,10 +469,31 @@ def _matrix_cell(cell: dict | None, metric: str) -> str:
     return text
 
 
-def attack_matrix_markdown(cells: list[dict]) -> str:
+def matrix_references(summaries: list[dict]) -> dict:
+    """The references beside each panel of the attack matrix, which no attack changes: per (family, partition,
+    fraction) and metric ("perplexity", "last10_perplexity"), the oracle's (mean, std, seeds) at that fraction and
+    clean FedAvg's (FedAvg at 0%; the same for every fraction)."""
+    references = {}
+    clean = _group([s for s in summaries if s["method"] == "fedavg" and s["fraction"] == 0],
+                   ("family", "partition"))
+    oracle = _group([s for s in summaries if s["method"] == "oracle" and s["fraction"] > 0],
+                    ("family", "partition", "fraction"))
+    for (family, partition, fraction) in {(s["family"], s["partition"], s["fraction"])
+                                          for s in summaries if s["fraction"] > 0}:
+        for name, runs in (("Oracle", oracle.get((family, partition, fraction), [])),
+                           ("Clean", clean.get((family, partition), []))):
+            for metric in ("perplexity", "last10_perplexity"):
+                if runs:
+                    references.setdefault((family, partition, fraction, metric), {})[name] = (
+                        *mean_std([s[metric] for s in runs]), len(runs))
+    return references
+
+
+def attack_matrix_markdown(cells: list[dict], references: dict | None = None) -> str:
     """Two tables per (family, partition, fraction), rows = methods, columns = attacks: the best checkpoint (with
     the recovery where the attack harmed FedAvg at every seed, detection rates and the backdoor's success), and
-    the mean of the last 10 rounds."""
+    the mean of the last 10 rounds; under each, the oracle and clean references (:func:`matrix_references`)."""
+    references = references or {}
     out = []
     for (family, partition, fraction), group in _group(cells, ("family", "partition", "fraction")).items():
         attacks = [a for a in ATTACK_NAMES if any(c["attack"] == a for c in group)]
@@ -485,6 +506,11 @@ def attack_matrix_markdown(cells: list[dict]) -> str:
             out += [title, "", "| Method | " + " | ".join(attacks) + " |", "|---" * (len(attacks) + 1) + "|"]
             out += [f"| {METHOD_NAMES[method]} | " + " | ".join(_matrix_cell(by.get((method, attack)), metric)
                                                                 for attack in attacks) + " |" for method in methods]
+            known = references.get((family, partition, fraction, metric), {})
+            if known:
+                out += ["", "References, whatever the attack: " + "; ".join(
+                    f"*{name}* {_cell(mean, std, 0)} ({n} seeds)" for name, (mean, std, n) in known.items())
+                        + "."]
             out.append("")
     return "\n".join(out)
 
@@ -770,8 +796,10 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
                      "(FedAvg - Oracle) under the same attack, mean over seeds, left out where the attack did not "
                      "raise FedAvg above the oracle at every seed (then it is undefined); for methods that pick "
                      "clients, TPR/FPR pooled over seeds; for the backdoor, its success rate over the last 10 "
-                     "rounds. `attack_matrix.png`: best-checkpoint perplexity above the oracle's, per seed.", "",
-                     attack_matrix_markdown(matrix)]
+                     "rounds. Under each table, the references no attack changes: *Oracle* (FedAvg over the round's "
+                     "benign clients only) and *Clean* (FedAvg with no attacker). `attack_matrix.png`: "
+                     "best-checkpoint perplexity above the oracle's, per seed.", "",
+                     attack_matrix_markdown(matrix, matrix_references(summaries))]
     markdown += ["## Detection (positive = rejected) and FedLNS's screening diagnostics", "",
                  detection_markdown(summaries), "## Wall time per run (seconds, mean over runs)", "",
                  timing_markdown(summaries)]
