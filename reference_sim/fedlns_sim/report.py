@@ -471,22 +471,13 @@ def _matrix_cell(cell: dict | None, metric: str) -> str:
 
 def matrix_references(summaries: list[dict]) -> dict:
     """The references beside each panel of the attack matrix, which no attack changes: per (family, partition,
-    fraction) and metric ("perplexity", "last10_perplexity"), the oracle's (mean, std, seeds) at that fraction and
-    clean FedAvg's (FedAvg at 0%; the same for every fraction)."""
-    references = {}
-    clean = _group([s for s in summaries if s["method"] == "fedavg" and s["fraction"] == 0],
-                   ("family", "partition"))
+    fraction), ``{"Oracle": its runs at that fraction, "Clean": FedAvg's runs at 0%}``, either left out if absent."""
+    clean = _group([s for s in summaries if s["method"] == "fedavg" and s["fraction"] == 0], ("family", "partition"))
     oracle = _group([s for s in summaries if s["method"] == "oracle" and s["fraction"] > 0],
                     ("family", "partition", "fraction"))
-    for (family, partition, fraction) in {(s["family"], s["partition"], s["fraction"])
-                                          for s in summaries if s["fraction"] > 0}:
-        for name, runs in (("Oracle", oracle.get((family, partition, fraction), [])),
-                           ("Clean", clean.get((family, partition), []))):
-            for metric in ("perplexity", "last10_perplexity"):
-                if runs:
-                    references.setdefault((family, partition, fraction, metric), {})[name] = (
-                        *mean_std([s[metric] for s in runs]), len(runs))
-    return references
+    settings = {(s["family"], s["partition"], s["fraction"]) for s in summaries if s["fraction"] > 0}
+    return {key: {name: runs for name, runs in (("Oracle", oracle.get(key)), ("Clean", clean.get(key[:2]))) if runs}
+            for key in settings}
 
 
 def attack_matrix_markdown(cells: list[dict], references: dict | None = None) -> str:
@@ -506,11 +497,11 @@ def attack_matrix_markdown(cells: list[dict], references: dict | None = None) ->
             out += [title, "", "| Method | " + " | ".join(attacks) + " |", "|---" * (len(attacks) + 1) + "|"]
             out += [f"| {METHOD_NAMES[method]} | " + " | ".join(_matrix_cell(by.get((method, attack)), metric)
                                                                 for attack in attacks) + " |" for method in methods]
-            known = references.get((family, partition, fraction, metric), {})
+            known = references.get((family, partition, fraction), {})
             if known:
                 out += ["", "References, whatever the attack: " + "; ".join(
-                    f"*{name}* {_cell(mean, std, 0)} ({n} seeds)" for name, (mean, std, n) in known.items())
-                        + "."]
+                    f"*{name}* {_cell(*mean_std([s[metric] for s in runs]), 0)} ({len(runs)} seeds)"
+                    for name, runs in known.items()) + "."]
             out.append("")
     return "\n".join(out)
 
