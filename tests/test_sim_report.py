@@ -15,7 +15,7 @@ from fedlns_sim.stats import mean_std  # noqa: E402
 
 
 def _fake_run(root, method, seed, losses, entropies, fraction=0.4, code="abc", unigram=None, extra=None,
-              attack="target_corruption"):
+              attack="target_corruption", machine=None):
     """A run folder written by hand: round 0 plus one record per trained round."""
     config = make_config("smoke", "gpt", method=method, seed=seed, rounds=len(losses) - 1,
                          malicious_fraction=fraction, attack=attack)
@@ -23,7 +23,7 @@ def _fake_run(root, method, seed, losses, entropies, fraction=0.4, code="abc", u
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"config": config.to_dict(), "data_source": "hand-made",
                                                     "code": {"source": code, "commit": "0" * 40},
-                                                    "unigram_perplexity": unigram}))
+                                                    "unigram_perplexity": unigram, "machine": machine}))
     lines = []
     for t, (loss, entropy) in enumerate(zip(losses, entropies)):
         record = {"round": t, "eval_loss": loss, "perplexity": math.exp(loss), "entropy": entropy}
@@ -160,6 +160,27 @@ def test_report_refuses_runs_of_different_code(tmp_path):
         write_report(tmp_path, tmp_path / "report")
     result = write_report(tmp_path, tmp_path / "report", plots=False, allow_mixed_code=True)
     assert "several versions" in result["tables"].read_text()
+
+
+def test_report_names_the_machines_the_runs_were_made_on(tmp_path):
+    # runs continued on another kind of processor stay one report, but say so: their kernels round differently
+    avx512 = {"cpu": "EPYC", "cpu_capability": "AVX512", "torch": "2.13.0"}
+    avx2 = dict(avx512, cpu_capability="AVX2")
+    _fake_run(tmp_path, "fedavg", 100, [9.0, 5.0, 3.0], [9.0, 7.0, 5.0], machine=avx512)
+    _fake_run(tmp_path, "fedavg", 200, [9.0, 5.0, 3.0], [9.0, 7.0, 5.0], machine=avx512)
+    _fake_run(tmp_path, "fedlns", 100, [9.0, 2.0, 2.5], [9.0, 3.0, 3.0], machine=avx2)
+    assert [s["machine"] for s in sorted(load_runs(tmp_path), key=lambda s: (s["method"], s["seed"]))] == [
+        "EPYC (AVX512 kernels, torch 2.13.0)", "EPYC (AVX512 kernels, torch 2.13.0)",
+        "EPYC (AVX2 kernels, torch 2.13.0)"]
+    tables = write_report(tmp_path, tmp_path / "report", plots=False)["tables"].read_text()
+    assert "on EPYC (AVX512 kernels, torch 2.13.0) (2 runs); EPYC (AVX2 kernels, torch 2.13.0) (1 run)" in tables
+    assert "machine" in (tmp_path / "report" / "runs.csv").read_text().splitlines()[0].split(",")
+    (tmp_path / "report").rename(tmp_path / "both")
+    for folder in tmp_path.glob("gpt-*fedlns*"):
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(dict(config, machine=avx512)))
+    tables = write_report(tmp_path, tmp_path / "report", plots=False)["tables"].read_text()
+    assert "on EPYC (AVX512 kernels, torch 2.13.0). " in tables
 
 
 def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_oracle(tmp_path):

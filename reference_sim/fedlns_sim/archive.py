@@ -129,8 +129,8 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
             continue
         made_on = meta.get("machine")
         here = machine_identity(config.device if config.device != "auto" else "cpu")
-        print(f"    made on: {_machine_text(made_on) if made_on else 'not recorded (runs before machine records)'}; "
-              f"re-run on: {_machine_text(here)}")
+        print(f"    made on: {runfiles.machine_text(made_on)}; "
+              f"re-run on: {runfiles.machine_text(here)}")
         summary = closeness(expected, actual)
         print(f"    how close: {summary['text']}")
         if rtol is not None and len(expected) == len(actual) and summary["largest_ppl_difference"] <= rtol:
@@ -140,11 +140,6 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
         verdict += f", {close} more within rtol {rtol:g} of best and last-10 perplexity"
     print(f"{verdict} (re-runs in {scratch})")
     return 0 if exact + close == len(configs) else 1
-
-
-def _machine_text(machine: dict) -> str:
-    text = f"{machine.get('cpu', '?')} ({machine.get('cpu_capability', '?')} kernels, torch {machine.get('torch', '?')}"
-    return text + (f", {machine['gpu']})" if machine.get("gpu") else ")")
 
 
 def closeness(expected: list[dict], actual: list[dict]) -> dict:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .config import (ATTACK_NAMES, BASELINES, CORPUS_NAMES, FAMILIES, FAMILY_CORPUS, FAMILY_NAMES, METHOD_NAMES,
                      METHODS, PARTITION_NAMES, PARTITIONS)
-from .runfiles import read_records
+from .runfiles import machine_text, read_records
 from .stats import (auc, best_checkpoint, detection_rates, finite_loss, last10_loss, mean_std, perplexity,
                     recovery, t_interval)
 
@@ -85,6 +85,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
             "eval_positions": meta.get("eval_positions"),
             "code_source": code.get("source", "unknown"), "code_commit": code.get("commit"),
             "code_dirty": code.get("dirty"), "code_version": code.get("version"),
+            "machine": machine_text(meta.get("machine")),
         })
     return summaries
 
@@ -148,6 +149,17 @@ def check_same_code(summaries: list[dict]) -> dict:
     first = summaries[0]
     return {"source": first["code_source"], "commit": first["code_commit"], "dirty": first["code_dirty"],
             "version": first["code_version"]}
+
+
+def _machines_text(summaries: list[dict]) -> str:
+    """The machines the runs were made on, with their counts when there are several (their kernels round
+    differently, so a cell re-runs number for number only on its own kind)."""
+    counts = defaultdict(int)
+    for s in summaries:
+        counts[s["machine"]] += 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "; ".join(f"{machine} ({n} run{'s' * (n != 1)})" for machine, n in sorted(counts.items(), key=lambda item: -item[1]))
 
 
 def main_runs(summaries: list[dict]) -> list[dict]:
@@ -748,7 +760,7 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
     markdown = ["# Results", "",
                 f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` ({len(summaries)} finished "
                 f"runs" + (f"; {len(left_out)} left out, unfinished or without records" if left_out else "")
-                + f"), all run by {made_by}. "
+                + f"), all run by {made_by}, on {_machines_text(summaries)}. "
                 "Per seed, the checkpoint with the lowest evaluation loss (best) and the mean of the last 10 rounds "
                 "(for perplexity: exp of the mean loss); mean ± sample standard deviation over seeds (no ± with one "
                 "seed). References in italics: *Oracle* averages the round's benign clients only (it reads the "
