@@ -95,6 +95,7 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
     perplexity both ways) beside the machine it was made on; with ``rtol``, a cell whose best and last-10
     perplexity agree within ``rtol`` (relative) counts as reproduced within it.
     """
+    from .report import machine_text
     from .run import machine_identity
     from .sweep import sweep
 
@@ -129,8 +130,8 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
             continue
         made_on = meta.get("machine")
         here = machine_identity(config.device if config.device != "auto" else "cpu")
-        print(f"    made on: {runfiles.machine_text(made_on)}; "
-              f"re-run on: {runfiles.machine_text(here)}")
+        print(f"    made on: {machine_text(made_on)}; "
+              f"re-run on: {machine_text(here)}")
         summary = closeness(expected, actual)
         print(f"    how close: {summary['text']}")
         if rtol is not None and len(expected) == len(actual) and summary["largest_ppl_difference"] <= rtol:

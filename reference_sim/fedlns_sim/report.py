@@ -21,7 +21,7 @@ import numpy as np
 
 from .config import (ATTACK_NAMES, BASELINES, CORPUS_NAMES, FAMILIES, FAMILY_CORPUS, FAMILY_NAMES, METHOD_NAMES,
                      METHODS, PARTITION_NAMES, PARTITIONS)
-from .runfiles import machine_text, read_records
+from .runfiles import read_records
 from .stats import (auc, best_checkpoint, detection_rates, finite_loss, last10_loss, mean_std, perplexity,
                     recovery, t_interval)
 
@@ -149,6 +149,14 @@ def check_same_code(summaries: list[dict]) -> dict:
     first = summaries[0]
     return {"source": first["code_source"], "commit": first["code_commit"], "dirty": first["code_dirty"],
             "version": first["code_version"]}
+
+
+def machine_text(machine: dict | None) -> str:
+    """A run's recorded machine (``config.json``'s ``machine``) in words: processor, kernels, torch, GPU."""
+    if not machine:
+        return "not recorded (runs before machine records)"
+    text = f"{machine.get('cpu', '?')} ({machine.get('cpu_capability', '?')} kernels, torch {machine.get('torch', '?')}"
+    return text + (f", {machine['gpu']})" if machine.get("gpu") else ")")
 
 
 def _machines_text(summaries: list[dict]) -> str:

@@ -66,14 +66,6 @@ def json_ready(value):
 
 # ------------------------------------------------------------------------------------------ provenance
 
-def machine_text(machine: dict | None) -> str:
-    """A run's recorded machine (``config.json``'s ``machine``) in words: processor, kernels, torch, GPU."""
-    if not machine:
-        return "not recorded (runs before machine records)"
-    text = f"{machine.get('cpu', '?')} ({machine.get('cpu_capability', '?')} kernels, torch {machine.get('torch', '?')}"
-    return text + (f", {machine['gpu']})" if machine.get("gpu") else ")")
-
-
 def code_identity() -> dict:
     """Which code runs: the package version, the git commit of the checkout (if any) and a hash of the source.
 
