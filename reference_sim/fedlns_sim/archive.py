@@ -128,10 +128,8 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
         if difference is None:
             exact += 1
             continue
-        made_on = meta.get("machine")
         here = machine_identity(config.device if config.device != "auto" else "cpu")
-        print(f"    made on: {machine_text(made_on)}; "
-              f"re-run on: {machine_text(here)}")
+        print(f"    made on: {machine_text(meta.get('machine'))}; re-run on: {machine_text(here)}")
         summary = closeness(expected, actual)
         print(f"    how close: {summary['text']}")
         if rtol is not None and len(expected) == len(actual) and summary["largest_ppl_difference"] <= rtol:

@@ -14,7 +14,7 @@ import csv
 import io
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -162,12 +162,10 @@ def machine_text(machine: dict | None) -> str:
 def _machines_text(summaries: list[dict]) -> str:
     """The machines the runs were made on, with their counts when there are several (their kernels round
     differently, so a cell re-runs number for number only on its own kind)."""
-    counts = defaultdict(int)
-    for s in summaries:
-        counts[s["machine"]] += 1
+    counts = Counter(s["machine"] for s in summaries).most_common()
     if len(counts) == 1:
-        return next(iter(counts))
-    return "; ".join(f"{machine} ({n} run{'s' * (n != 1)})" for machine, n in sorted(counts.items(), key=lambda item: -item[1]))
+        return counts[0][0]
+    return "; ".join(f"{machine} ({n} run{'s' * (n != 1)})" for machine, n in counts)
 
 
 def main_runs(summaries: list[dict]) -> list[dict]:
