@@ -42,8 +42,9 @@ def _cast_like(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def weighted_average(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-                     weights: Mapping[ClientId, float]) -> dict[str, np.ndarray]:
-    """``w + sum_i alpha_i (w_i - w)`` with ``alpha`` the normalised ``weights`` (eq. ``aggregation``).
+                     weights: Mapping[ClientId, float],
+                     scales: Mapping[ClientId, float] | None = None) -> dict[str, np.ndarray]:
+    """``w + sum_i alpha_i c_i (w_i - w)`` with ``alpha`` the normalised ``weights`` (eq. ``aggregation``).
 
     Parameters
     ----------
@@ -53,6 +54,8 @@ def weighted_average(global_params: ParamDict, client_params: Mapping[ClientId, 
         Returned local models; only the ids in ``weights`` are used.
     weights : mapping of client id to float
         Positive weights, e.g. example counts ``n_i``; normalised to sum to one.
+    scales : mapping of client id to float, optional
+        Factors ``c_i`` in [0, 1] applied to the updates after weighting (norm clipping); 1 where absent.
 
     Returns
     -------
@@ -68,6 +71,8 @@ def weighted_average(global_params: ParamDict, client_params: Mapping[ClientId, 
     """
     global_params = check_global_params(global_params)
     alphas = normalized_weights(weights)
+    if scales:
+        alphas = {client_id: alpha * _scale(scales, client_id) for client_id, alpha in alphas.items()}
     for client_id in alphas:
         if client_id not in client_params:
             raise ValueError(f"client {client_id!r} has a weight but no parameters")
@@ -108,15 +113,27 @@ def _blocked_average(reference: np.ndarray, locals_: list[np.ndarray], alphas: l
     return total
 
 
+def _scale(scales: Mapping[ClientId, float], client_id: ClientId) -> float:
+    scale = scales.get(client_id, 1.0)
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real) or not 0 <= scale <= 1:
+        raise ValueError(f"client {client_id!r}: scale must be a number in [0, 1], got {scale!r}")
+    return float(scale)
+
+
 def apply_rule(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-               num_examples: Mapping[ClientId, float], rule: AggregationRule) -> dict[str, np.ndarray]:
-    """``w + rule(updates, num_examples)`` where ``updates[i] = w_i - w``: compose another aggregator."""
-    updates = {
-        client_id: {key: np.subtract(client_params[client_id][key], reference,
-                                     dtype=_compute_dtype(reference.dtype))
-                    for key, reference in global_params.items()}
-        for client_id in num_examples
-    }
+               num_examples: Mapping[ClientId, float], rule: AggregationRule,
+               scales: Mapping[ClientId, float] | None = None) -> dict[str, np.ndarray]:
+    """``w + rule(updates, num_examples)`` where ``updates[i] = c_i (w_i - w)``: compose another aggregator
+    (``c_i`` from ``scales``, 1 where absent)."""
+    updates = {}
+    for client_id in num_examples:
+        scale = _scale(scales or {}, client_id)
+        updates[client_id] = {}
+        for key, reference in global_params.items():
+            update = np.subtract(client_params[client_id][key], reference, dtype=_compute_dtype(reference.dtype))
+            if scale != 1.0:
+                update *= scale
+            updates[client_id][key] = update
     combined = rule(updates, dict(num_examples))
     if not isinstance(combined, Mapping) or set(combined) != set(global_params):
         raise ValueError("the aggregation rule must return a mapping with exactly the global model's keys")

@@ -17,6 +17,7 @@ from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standa
 from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, flat_signature
+from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, support_rule, update_sketch
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
                      escape_text, id_sort_key, read_count)
 
@@ -56,6 +57,12 @@ class ScreeningResult:
         The parameters that formed the signature.
     capped_counts : dict of client id to float
         The count each retained client gave, for those whose count was capped.
+    support : dict of client id to float
+        ``retain_rule="support"``: each screened client's full-update support (median cosine of its update
+        sketch to the other clients' in the bank); empty otherwise.
+    clip_scales : dict of client id to float
+        ``clip="median"``: the factor (at most 1) each retained update is scaled by in :meth:`aggregate`, so
+        that none is longer than the retained clients' median update; empty otherwise.
     """
 
     round: int
@@ -71,15 +78,18 @@ class ScreeningResult:
     num_examples: dict[ClientId, float] = field(default_factory=dict)
     signature_keys: tuple[str, ...] = ()
     capped_counts: dict[ClientId, float] = field(default_factory=dict)
+    support: dict[ClientId, float] = field(default_factory=dict)
+    clip_scales: dict[ClientId, float] = field(default_factory=dict)
 
     def aggregate(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
                   rule: AggregationRule | None = None) -> dict[str, np.ndarray]:
         """Next global model from the retained clients.
 
-        With ``rule=None``: ``w + sum_i alpha_i (w_i - w)`` (eq. ``aggregation``). Otherwise
+        With ``rule=None``: ``w + sum_i alpha_i c_i (w_i - w)`` (eq. ``aggregation``, with the clipping
+        factors ``c_i`` of :attr:`clip_scales`, 1 where there are none). Otherwise
         ``w + rule(updates, num_examples)``, where ``updates`` maps each retained id to its update
         ``w_i - w`` and the rule returns one combined update (e.g. a coordinate-wise median), so FedLNS can
-        screen in front of another aggregator. With nothing retained the global model is returned unchanged
+        screen in front of another aggregator (the updates are clipped first). With nothing retained the global model is returned unchanged
         (eq. ``skip_update``), as new arrays.
         """
         if not self.retained:
@@ -88,8 +98,9 @@ class ScreeningResult:
         if absent:
             raise ValueError(f"client {absent[0]!r} was retained but is missing from client_params")
         if rule is None:
-            return weighted_average(global_params, client_params, self.weights)
-        return apply_rule(check_global_params(global_params), client_params, self.num_examples, rule)
+            return weighted_average(global_params, client_params, self.weights, scales=self.clip_scales or None)
+        return apply_rule(check_global_params(global_params), client_params, self.num_examples, rule,
+                          scales=self.clip_scales or None)
 
     def explain(self) -> str:
         """A short human-readable account of the decision."""
@@ -102,9 +113,15 @@ class ScreeningResult:
         lines.append(f"  retained ({len(self.retained)}): {retained or '-'}")
         for client_id, reason in self.rejected.items():
             score = f" delta={self.scores[client_id]:.3g}" if client_id in self.scores else ""
+            if client_id in self.support:
+                score += f" support={self.support[client_id]:.3g}"
             lines.append(f"  rejected {_shown(client_id)}:{score} {escape_text(reason, 400)}")
         for client_id, given in self.capped_counts.items():
             lines.append(f"  capped count of {_shown(client_id)}: {given:.6g} -> {self.num_examples[client_id]:.6g}")
+        clipped = {client_id: scale for client_id, scale in self.clip_scales.items() if scale < 1}
+        if clipped:
+            lines.append("  clipped to the retained median update: "
+                         + ", ".join(f"{_shown(client_id)} x{scale:.3g}" for client_id, scale in clipped.items()))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +140,7 @@ class ScreeningResult:
             "labels": pairs(self.labels), "weights": pairs(self.weights),
             "num_examples": pairs(self.num_examples), "capped_counts": pairs(self.capped_counts),
             "signature_keys": list(self.signature_keys),
+            "support": pairs(self.support), "clip_scales": pairs(self.clip_scales),
         }
 
 
@@ -136,6 +154,13 @@ RULE_BY_ROUND_SIZE: tuple = (
     (14, dict(retain_rule="guarded", lone_separation=3.0, min_separation=1.0)),  # K=100, 10 per round
     (None, dict(retain_rule="guarded", lone_separation=3.0, min_separation=0.0)),  # K=200, 20 per round
 )
+
+
+#: The ``"support"`` rule as the simulator's ``fedlns_support`` runs it (population support of the full update,
+#: the loud-normalization test, clipping to the retained median update, everyone averaged until the bank reaches
+#: the planned threshold): ``FedLNS(**SUPPORT_SETTINGS, activation_threshold=...)``. Not the default: its first
+#: measurements (docs/attacks.md, "The support rule") fail late in training.
+SUPPORT_SETTINGS = dict(retain_rule="support", clip="median", warmup="aggregate")
 
 
 class FedLNS:
@@ -200,12 +225,27 @@ class FedLNS:
 
         They remove most false rejections in clean and small rounds; :meth:`for_federation` picks one
         by round size.
+
+        * ``"support"`` (experimental, ``fedlns_core._support``): reject a client whose full update the
+          population does not support (median cosine of its update sketch to the ``activation_threshold``
+          most recent other bank entries below ``support_ratio`` times the bank's typical value) or whose
+          normalization change is loud (``loud_separation``); it reads whole updates, not only norms.
     lone_separation : float >= 0, default=3.0
         ``"guarded"`` only: how far above the bank's benign scores a lone client must lie to be rejected,
         in standard deviations of those scores.
     min_separation : float >= 0, default=0.0
         ``"guarded"``, ``"peeled"`` and ``"bank"``: a split whose groups' median scores differ by less than
         this many benign widths keeps everyone (for ``"guarded"``, splits into groups of two or more).
+    support_ratio : float in [0, 1), default=0.5
+        ``"support"`` only: the share of the bank's typical support a client's support must reach.
+    loud_separation : float > 0, default=6.0
+        ``"support"`` only: robust widths (1.4826 MAD of the bank's scores) above their median at which a
+        normalization change is loud.
+    sketch_dim : int >= 16, default=2048
+        ``"support"`` only: length of the banked update sketch (cosine error about ``1/sqrt(sketch_dim)``).
+    clip : {"median"} or None, default=None
+        ``"median"`` scales each retained update down to at most the retained clients' median update norm
+        in :meth:`ScreeningResult.aggregate` (bounded influence); None, the paper, leaves them.
 
     Notes
     -----
@@ -242,7 +282,8 @@ class FedLNS:
                  warmup: str = "hold",
                  max_count_ratio: float | None = 10.0, max_clients: int | None = None,
                  random_state: int | None = None, retain_rule: str = "paper", lone_separation: float = 3.0,
-                 min_separation: float = 0.0):
+                 min_separation: float = 0.0, support_ratio: float = 0.5, loud_separation: float = 6.0,
+                 sketch_dim: int = 2048, clip: str | None = None):
         self.selector = selector
         self.activation_threshold = activation_threshold
         self.mad_floor = mad_floor
@@ -259,8 +300,13 @@ class FedLNS:
         self.retain_rule = retain_rule
         self.lone_separation = lone_separation
         self.min_separation = min_separation
+        self.support_ratio = support_ratio
+        self.loud_separation = loud_separation
+        self.sketch_dim = sketch_dim
+        self.clip = clip
         self.round_ = 0
         self._bank: HistoryBank | None = None
+        self._sketch_seed: int | None = None
 
     @classmethod
     def for_federation(cls, num_clients: int, clients_per_round: int, malicious_fraction: float,
@@ -373,28 +419,40 @@ class FedLNS:
                 rejected[client_id] = f"invalid: {problem}"
         valid = [client_id for client_id in participants if client_id not in rejected]
 
-        # 2. Signatures (eq. sig_layer), (N, D) float64, in canonical id order.
+        # 2. Signatures (eq. sig_layer), (N, D) float64, in canonical id order; for the support rule each row
+        #    goes on with the client's update sketch (N, k), banked beside it, and its update's norm.
         canonical = sorted(valid, key=id_sort_key)
         shapes = [global_params[key].shape for key in keys]
+        width = sum(int(np.prod(shape)) for shape in shapes)
+        supporting = settings["retain_rule"] == "support"
+        sketch_dim = settings["sketch_dim"] if supporting else 0
+        norms = {}
         with np.errstate(over="ignore", invalid="ignore"):
-            signatures = np.empty((len(canonical), sum(int(np.prod(shape)) for shape in shapes)))
+            signatures = np.empty((len(canonical), width + sketch_dim + supporting))
             for row, client_id in zip(signatures, canonical):
-                flat_signature(global_params, arrays[client_id], keys, out=row)
-        finite = np.isfinite(signatures).all(axis=1)
+                flat_signature(global_params, arrays[client_id], keys, out=row[:width])
+                if supporting:
+                    row[width:-1], norms[client_id] = update_sketch(global_params, arrays[client_id],
+                                                                    sorted(global_params), sketch_dim,
+                                                                    self._sketch_key())
+                    row[-1] = self.round_
+        finite = np.isfinite(signatures).all(axis=1) & np.isfinite([norms.get(c, 0.0) for c in canonical])
         for client_id in (c for c, ok in zip(canonical, finite) if not ok):
             rejected[client_id] = "invalid: signature overflows float64"
         canonical, signatures = [c for c, ok in zip(canonical, finite) if ok], signatures[finite]
+        layout = (keys + (SKETCH_KEY, ROUND_KEY), shapes + [(sketch_dim,), (1,)]) if supporting else (keys, shapes)
 
         # 3. The bank refresh (eq. bank_refresh) staged, not applied; clients beyond MAX_DEVIATION
         #    against the refreshed reference are rejected and the refresh is redone without them, so
         #    the round is decided exactly as if they had not taken part.
         while True:
-            refresh = self.bank.stage(canonical, signatures, keys, shapes)
+            refresh = self.bank.stage(canonical, signatures, *layout)
             if not len(refresh):
-                features = np.empty_like(signatures)
+                features = np.empty_like(signatures[:, :width])
                 break
             median, mad = refresh.reference(settings["mad_floor"])      # eqs. bank_median-bank_mad
-            features = standardize(signatures, median, mad)                # (N, D), eq. z_full
+            median, mad = median[:width], mad[:width]
+            features = standardize(signatures[:, :width], median, mad)   # (N, D), eq. z_full
             largest = largest_deviations(features)
             beyond = ~(largest <= MAX_DEVIATION)
             if not beyond.any():
@@ -413,7 +471,8 @@ class FedLNS:
         if len(refresh) < settings["activation_threshold"]:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
             result = ScreeningResult(active=False, retained=retained, rejected=rejected,
-                                     **self._weighting(retained, counts, settings["max_count_ratio"]), **common)
+                                     **self._weighting(retained, counts, settings["max_count_ratio"]),
+                                     **self._clipping(retained, arrays, global_params, norms, settings), **common)
         elif not canonical:
             result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
         else:
@@ -423,8 +482,21 @@ class FedLNS:
             mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
                            n_init=settings["n_init"], max_iter=settings["max_iter"],
                            solver=settings["mixture_solver"], random_state=self._round_seed(round_index))
+            support = {}
             try:
-                if settings["retain_rule"] == "paper":
+                if supporting:
+                    bank_rows = refresh._block(slice(0, width + sketch_dim + 1)).T      # (B, D + k + 1)
+                    own = np.array([refresh.slots.get(client_id, -1) for client_id in canonical])
+                    outcome = support_rule(features, standardize(bank_rows[:, :width], median, mad),
+                                           signatures[:, width:-1], bank_rows[:, width:-1], own,
+                                           bank_rows[:, -1], recent=max(settings["activation_threshold"], 2),
+                                           support_ratio=settings["support_ratio"],
+                                           loud_separation=settings["loud_separation"],
+                                           random_state=mixture["random_state"])
+                    labels, n_components, bic = (~outcome.retained).astype(int), None, None
+                    reasons = [f"screened: {reason}" if reason else "" for reason in outcome.reasons]
+                    support = dict(zip(canonical, outcome.support.tolist()))
+                elif settings["retain_rule"] == "paper":
                     decision = bic_gmm_retain(features, scores, **mixture)
                     labels, n_components, bic = decision.labels, decision.n_components, decision.bic
                     reasons = [self._screened_reason(decision) if label else "" for label in labels]
@@ -447,11 +519,14 @@ class FedLNS:
                 active=True, retained=retained, rejected=rejected,
                 scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
                 n_components=n_components, bic=bic or None,
-                labels={client_id: label_of[client_id] for client_id in valid},
-                **self._weighting(retained, counts, settings["max_count_ratio"]), **common)
+                labels={client_id: label_of[client_id] for client_id in valid}, support=support,
+                **self._weighting(retained, counts, settings["max_count_ratio"]),
+                **self._clipping(retained, arrays, global_params, norms, settings), **common)
 
         # 5. Commit: nothing above changed any state.
         self.bank.commit(refresh)
+        if supporting and self._sketch_seed is None:
+            self._sketch_seed = self._sketch_key()
         self.round_ = round_index + 1
         return result
 
@@ -467,6 +542,28 @@ class FedLNS:
             used = {client_id: min(count, cap) for client_id, count in given.items()}
         return {"weights": normalized_weights(used), "num_examples": used,
                 "capped_counts": {c: given[c] for c in retained if used[c] != given[c]}}
+
+    @staticmethod
+    def _clipping(retained, arrays, global_params, norms, settings) -> dict[str, dict]:
+        """Clipping factors of the retained updates (``clip="median"``), norms computed where not known."""
+        if settings["clip"] is None or not retained:
+            return {}
+        for client_id in retained:
+            if client_id not in norms:
+                norms[client_id] = float(np.sqrt(sum(
+                    float(np.square(np.subtract(arrays[client_id][key], value, dtype=np.float64)).sum())
+                    for key, value in global_params.items())))
+        return {"clip_scales": clip_scales(norms, retained)}
+
+    def _sketch_key(self) -> int:
+        """The secret seed of the update sketch's signs: from ``random_state``, else drawn once and saved."""
+        if self._sketch_seed is not None:
+            return self._sketch_seed
+        if self.random_state is not None:
+            return int(np.random.SeedSequence([self.random_state, 0x5EED]).generate_state(1)[0])
+        if getattr(self, "_fresh_sketch_seed", None) is None:
+            self._fresh_sketch_seed = int(np.random.SeedSequence().generate_state(1)[0])
+        return self._fresh_sketch_seed
 
     @staticmethod
     def _screened_reason(decision) -> str:
@@ -508,7 +605,8 @@ class FedLNS:
         settings = self.validate_params()
         settings["selector"] = None if settings["selector"] is None else settings["selector"].to_config()
         bank_header, arrays = self.bank._state()
-        write_state(path, "screener", {"params": settings, "round": self.round_, "bank": bank_header}, arrays)
+        header = {"params": settings, "round": self.round_, "bank": bank_header, "sketch_seed": self._sketch_seed}
+        write_state(path, "screener", header, arrays)
 
     @classmethod
     def load(cls, path) -> "FedLNS":
@@ -526,6 +624,7 @@ class FedLNS:
                 raise ValueError("params is not an object")
             params = dict(params)
             params.setdefault("mixture_solver", "sklearn")
+            params.setdefault("clip", None)              # written before clipping existed
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)
@@ -535,6 +634,12 @@ class FedLNS:
             if not isinstance(round_index, int) or isinstance(round_index, bool) or round_index < 0:
                 raise ValueError(f"round must be an int >= 0, got {escape_text(repr(round_index), 40)}")
             screener.round_ = round_index
+            sketch_seed = header.get("sketch_seed")
+            if sketch_seed is not None and (isinstance(sketch_seed, bool) or not isinstance(sketch_seed, int)
+                                            or not 0 <= sketch_seed < 2**32):
+                raise ValueError(f"sketch_seed must be an int in [0, 2**32) or null, got "
+                                 f"{escape_text(repr(sketch_seed), 40)}")
+            screener._sketch_seed = sketch_seed
             bank = HistoryBank._from_state(header["bank"], arrays, path)
             if (bank.ema, bank.max_clients, bank.random_state) != (screener.ema, screener.max_clients,
                                                                     screener.random_state):

@@ -95,9 +95,13 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "max_clients": [Interval("int", 1), None],
     "random_state": [Interval("int", 0, 2**128 - 1), None],
     "max_count_ratio": [Interval("real", 1), None],
-    "retain_rule": [Options(("paper", "guarded", "peeled", "bank"))],
+    "retain_rule": [Options(("support", "paper", "guarded", "peeled", "bank"))],
     "lone_separation": [Interval("real", 0)],
     "min_separation": [Interval("real", 0)],
+    "support_ratio": [Interval("real", 0, 1, closed="left")],
+    "loud_separation": [Interval("real", 0, None, closed="neither")],
+    "sketch_dim": [Interval("int", 16)],
+    "clip": [Options(("median",)), None],
 }
 
 

@@ -100,7 +100,7 @@ def test_for_federation_errors_say_what_to_change(args, error, match):
 
 
 def test_for_federation_rejects_an_unknown_setting():
-    with pytest.raises(ValueError, match="retain_rule must be one of 'paper', 'guarded', 'peeled', 'bank'"):
+    with pytest.raises(ValueError, match="retain_rule must be one of 'support', 'paper', 'guarded', 'peeled', 'bank'"):
         FedLNS.for_federation(20, 4, 0.25, retain_rule="median")
 
 

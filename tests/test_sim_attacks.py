@@ -187,6 +187,36 @@ def test_adaptive_attacks_shape_exactly_the_normalization_change():
         assert sent[client]["w"] is clients[client]["w"]
 
 
+def test_attacks_against_the_support_rule():
+    global_params, clients, malicious = _round()
+    config = _config(clients_per_round=10)
+    benign = [c for c in clients if c not in malicious]
+    # norm_noise: global norms plus noise of the benign changes' root-mean-square scale, the rest untouched
+    sent = make_attack("norm_noise", TOKENIZER, config).craft(global_params, clients, malicious, NORMS,
+                                                              np.random.default_rng(0))
+    scale = np.sqrt(np.mean([np.mean((clients[c]["ln.weight"] - 1.0) ** 2) for c in benign]))
+    noise = np.concatenate([sent[c]["ln.weight"] - 1.0 for c in malicious])
+    assert noise.std() == pytest.approx(scale, rel=0.5) and sent[malicious[0]]["w"] is clients[malicious[0]]["w"]
+    # band_mimic: inside the benign band of direction and norm, normalization change at the benign median size
+    sent = make_attack("band_mimic", TOKENIZER, config).craft(global_params, clients, malicious, NORMS, None)
+    stacked = np.stack([_update(global_params, clients[c]) for c in benign])
+    mean, sizes = stacked.mean(0), np.linalg.norm(stacked, axis=1)
+    cosine = lambda u: u @ mean / np.linalg.norm(u) / np.linalg.norm(mean)  # noqa: E731
+    for client in malicious:
+        update = _update(global_params, sent[client])
+        assert cosine(update) >= min(cosine(b) for b in stacked) - 0.05
+        assert sizes.min() * 0.9 <= np.linalg.norm(update) <= sizes.max() * 1.1
+        assert np.linalg.norm(sent[client]["ln.weight"] - 1.0) == pytest.approx(
+            np.median([np.linalg.norm(clients[c]["ln.weight"] - 1.0) for c in benign]), rel=1e-4)
+    # ipm_search: the scale the server's step rewards most; without a server, plain IPM
+    attack = make_attack("ipm_search", TOKENIZER, config)
+    plain = attack.craft(global_params, clients, malicious, NORMS, None)
+    assert np.allclose(_update(global_params, plain[malicious[0]]), -0.1 * mean, atol=1e-6)
+    attack.server = lambda sent: {k: np.mean([p[k] for p in sent.values()], axis=0) for k in global_params}
+    searched = attack.craft(global_params, clients, malicious, NORMS, None)
+    assert np.allclose(_update(global_params, searched[malicious[0]]), -16 * mean, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("mlm", [False, True])
 def test_backdoor_writes_trigger_and_target_into_the_chosen_share_of_blocks(mlm):
     codes = {"cf": [30, 31], "attack": [32, 33, 34]}

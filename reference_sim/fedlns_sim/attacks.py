@@ -33,6 +33,17 @@ Adaptive, against FedLNS (which sees only the normalization parameters):
                     normalization change by ``attack_scale`` (0 = 10), to draw the mixture's second component.
   ``delta_budget``  train on corrupted targets; scale each normalization parameter's change down to the median
                     size of the benign clients' changes of that parameter in the round (omniscient).
+Adaptive, against the support rule (``fedlns_support``; white-box: they know the rule and its settings, see the
+round's benign updates, and ``ipm_search`` runs the server's own step; only the sketch's secret signs are hidden):
+  ``norm_noise``    train on corrupted targets; send the global normalization parameters plus noise of the benign
+                    changes' scale (per parameter, their root mean square) without the benign drift.
+  ``band_mimic``    train on corrupted targets, then move the update towards the benign mean just enough to sit in
+                    the benign band: cosine to the benign mean at least the lowest benign one, update norm within
+                    the benign range, and the normalization change scaled to the benign median size.
+  ``ipm_search``    optimiser-driven inner product manipulation: all attackers send ``-gamma`` times the benign
+                    mean, with gamma picked each round from a fixed grid (0.1 to 16) to maximise the distance
+                    between the server's actual aggregate (its own step, run on a copy of its state) and the
+                    benign mean (the "optimal IPM" of ByzFL, written here as a grid search).
 
 To add one: subclass ``Attack``, override what it changes, register it in ``ATTACKS``.
 """
@@ -77,6 +88,10 @@ class Attack:
     def metrics(self, model, eval_blocks: np.ndarray, task: str, device: str) -> dict:
         """Extra measurements of the global model after a round."""
         return {}
+
+    #: ``server(client_params) -> new global params``: the round's server step on a copy of its state, set by
+    #: the run before ``craft`` (white-box attacks search against it); None outside a run.
+    server = None
 
 
 # ------------------------------------------------------------------------------------------ data poisoning
@@ -385,8 +400,118 @@ class DeltaBudget(TargetCorruption):
         return out
 
 
+class NormNoise(TargetCorruption):
+    """Corrupted training; normalization parameters sent as the global ones plus benign-scale noise."""
+
+    name = "norm_noise"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if not malicious or not benign:
+            return client_params
+        out = dict(client_params)
+        scale = {k: float(np.sqrt(np.mean([np.mean(np.square(client_params[c][k] - global_params[k]))
+                                           for c in benign]))) for k in norm_keys}
+        for client in malicious:
+            params = dict(client_params[client])
+            for key in norm_keys:
+                noise = rng.normal(0.0, scale[key], size=global_params[key].shape)
+                params[key] = (global_params[key] + noise).astype(params[key].dtype)
+            out[client] = params
+        return out
+
+
+def band_mimic_update(poisoned: np.ndarray, benign: np.ndarray, norm_mask: np.ndarray, iterations: int = 30
+                      ) -> np.ndarray:
+    """The poisoned update moved towards the benign mean until it sits in the benign band (``band_mimic``).
+
+    ``u(lam) = mean + lam (poisoned - mean)`` with the largest lam in [0, 1] whose cosine to the mean is at least
+    the lowest benign cosine; then its norm is clamped into the benign range and its normalization part
+    (``norm_mask``) scaled to the benign median size.
+
+    Examples
+    --------
+    >>> benign = np.array([[1.0, 0.1, 0.0], [1.0, -0.1, 0.1], [0.9, 0.0, -0.1]])
+    >>> u = band_mimic_update(np.array([-1.0, 0.0, 0.0]), benign, np.array([False, False, True]))
+    >>> mean = benign.mean(axis=0)
+    >>> cos = lambda a: a @ mean / np.linalg.norm(a) / np.linalg.norm(mean)
+    >>> bool(cos(u) >= min(cos(b) for b in benign) - 1e-6)
+    True
+    """
+    mean = benign.mean(axis=0)
+
+    def cosine(update):
+        return float(update @ mean / max(np.linalg.norm(update) * np.linalg.norm(mean), 1e-30))
+
+    floor = min(cosine(b) for b in benign)
+    low, high = 0.0, 1.0
+    if cosine(poisoned) >= floor:
+        low = 1.0
+    else:
+        for _ in range(iterations):
+            middle = (low + high) / 2
+            low, high = (middle, high) if cosine(mean + middle * (poisoned - mean)) >= floor else (low, middle)
+    update = mean + low * (poisoned - mean)
+    sizes = np.linalg.norm(benign, axis=1)
+    size = np.linalg.norm(update)
+    if size > 0:
+        update = update * (np.clip(size, sizes.min(), sizes.max()) / size)
+    if norm_mask.any():
+        part = np.linalg.norm(update[norm_mask])
+        target = float(np.median(np.linalg.norm(benign[:, norm_mask], axis=1)))
+        if part > 0:
+            update[norm_mask] *= target / part
+    return update
+
+
+class BandMimic(TargetCorruption):
+    """Corrupted training, the update moved into the benign band of norm change, update norm and direction."""
+
+    name = "band_mimic"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if not malicious or not benign:
+            return client_params
+        keys = sorted(global_params)
+        mask = np.concatenate([np.full(global_params[k].size, k in norm_keys) for k in keys])
+        stacked = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
+        out = dict(client_params)
+        for client in malicious:
+            update = band_mimic_update(_flat(_updates(global_params, client_params[client]), keys), stacked, mask)
+            out[client] = _model(global_params, _unflat(update, global_params, keys))
+        return out
+
+
+class IPMSearch(_Colluding):
+    """Inner product manipulation with the scale searched against the server's own step each round."""
+
+    name = "ipm_search"
+    GRID = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        if not malicious or self.server is None or len(malicious) == len(client_params):
+            return super().craft(global_params, client_params, malicious, norm_keys, rng)
+        keys = sorted(global_params)
+        benign = np.stack([_flat(_updates(global_params, p), keys) for c, p in client_params.items()
+                           if c not in malicious])
+        mean = benign.mean(axis=0)
+        best, best_distance = None, -1.0
+        for gamma in self.GRID:
+            crafted = _model(global_params, _unflat(-gamma * mean, global_params, keys))
+            sent = {c: (crafted if c in malicious else p) for c, p in client_params.items()}
+            aggregate = _flat(_updates(global_params, self.server(sent)), keys)
+            distance = float(np.linalg.norm(aggregate - mean))
+            if distance > best_distance:
+                best, best_distance = sent, distance
+        return best
+
+    def crafted(self, benign, own, n, f, rng):   # no server to search against: plain IPM
+        return [-0.1 * benign.mean(axis=0) for _ in own]
+
+
 ATTACKS = {cls.name: cls for cls in (TargetCorruption, Backdoor, SignFlip, Scaling, Gaussian, ALIE, IPM, MinMax,
-                                     NormMimicry, NormFreeze, Decoy, DeltaBudget)}
+                                     NormMimicry, NormFreeze, Decoy, DeltaBudget, NormNoise, BandMimic, IPMSearch)}
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"
 
 

@@ -25,7 +25,7 @@ PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 # Every method, in table order, with its display name.
 METHOD_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
                 "trimmed_mean": "Trimmed", "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS",
-                "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
+                "fedlns_support": "FedLNS (support)", "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
                 "fedlns_median": "FedLNS + Median", "fedlns_norm_bound": "FedLNS + Norm-Bound",
                 "oracle": "Oracle (benign only)"}
 METHODS = tuple(METHOD_NAMES)
@@ -36,7 +36,7 @@ COMPOSED = {"fedlns_multi_krum": "multi_krum", "fedlns_median": "coordinate_medi
             "fedlns_norm_bound": "norm_bounded_fedavg"}
 # Attacks (attacks.py implements one class per name; docs there).
 ATTACK_NAMES = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
-                "norm_mimicry", "norm_freeze", "decoy", "delta_budget")
+                "norm_mimicry", "norm_freeze", "decoy", "delta_budget", "norm_noise", "band_mimic", "ipm_search")
 # References, not defences: the oracle reads the ground truth (which clients are malicious).
 REFERENCES = ("oracle",)
 PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)

@@ -41,6 +41,12 @@ def make_screener(config):
                     components="two" if config.method == "fedlns_two" else "bic",
                     mixture_solver=config.mixture_solver, warmup=config.warmup,
                     random_state=stream_seed(config.seed, "screening"))
+    if config.method == "fedlns_support":   # the support rule; threshold planned for up to 40% malicious, from the
+        from fedlns_core import plan_activation                  # population size alone
+        from fedlns_core._screening import SUPPORT_SETTINGS
+
+        threshold = plan_activation(config.num_clients, 0.4, config.clients_per_round / config.num_clients).threshold
+        return FedLNS(**{**settings, **SUPPORT_SETTINGS, "activation_threshold": threshold, "mixture_solver": "fast"})
     if config.retain_rule == "for_federation":   # the rule measured best for this round size; the bound only sets
         return FedLNS.for_federation(config.num_clients, config.clients_per_round, 0.4, **settings)   # a threshold
     return FedLNS(**settings)                                                     # the paper's rule

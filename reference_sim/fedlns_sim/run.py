@@ -170,6 +170,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
                                     round_index=t, client=client, device=device)
             trained = attack.train(train, global_params, norm_keys) if client in malicious else train(False)
             client_params[client], num_examples[client], train_losses[client] = trained
+        attack.server = _server_probe(config, screener, global_params, num_examples, t, malicious)
         client_params = attack.craft(global_params, client_params, [c for c in sampled if c in malicious],
                                      norm_keys, stream_rng(config.seed, "attack", t))
         client_time = time.perf_counter() - tic
@@ -211,6 +212,16 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             break
     bar.close()
     return run_dir
+
+
+def _server_probe(config, screener, global_params, num_examples, t, malicious):
+    """The round's server step on a copy of the server's state: what a white-box attacker searches against."""
+    import copy
+
+    def server(client_params):
+        probe = copy.deepcopy(screener)
+        return aggregate_round(config, probe, global_params, client_params, num_examples, t, malicious).params
+    return server
 
 
 def _trainings(attack, malicious: bool, global_params: dict, norm_keys) -> list[bool]:

@@ -1,0 +1,167 @@
+"""The support rule: population support of the full update, the loud-normalization test, clipping."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fedlns_core import FedLNS
+from fedlns_core._screening import SUPPORT_SETTINGS
+from fedlns_core._support import clip_scales, median_support, update_sketch
+
+P = 1500
+GLOBAL = {"h.0.ln_1.weight": np.ones(16), "h.0.mlp.weight": np.zeros(P)}
+
+
+def federation(noise_seed=0):
+    """Honest updates share a drift direction (as language-model updates do across rounds); the drift is the
+    same for every call, the clients' noise comes from ``noise_seed``."""
+    fixed = np.random.default_rng(0)
+    drift, norm_drift = fixed.standard_normal(P), 0.02 * fixed.standard_normal(16)
+    rng = np.random.default_rng([noise_seed, 1])
+
+    def honest():
+        return {"h.0.ln_1.weight": 1 + norm_drift + 0.01 * rng.standard_normal(16),
+                "h.0.mlp.weight": drift + rng.standard_normal(P)}
+
+    def frozen():   # norms sent back unchanged, the rest pushed against the honest direction
+        return {"h.0.ln_1.weight": np.ones(16), "h.0.mlp.weight": -0.1 * drift + rng.standard_normal(P)}
+
+    return rng, honest, frozen
+
+
+def run(screener, rounds, attackers, seed=0, per_round=10, population=50):
+    rng, honest, frozen = federation(seed)
+    results = []
+    for _ in range(rounds):
+        ids = [int(i) for i in rng.choice(population, per_round, replace=False)]
+        clients = {i: frozen() if i in attackers else honest() for i in ids}
+        results.append((screener.screen(GLOBAL, clients, {i: 100 for i in clients}), clients))
+    return results
+
+
+def support_screener(**overrides):
+    return FedLNS(**{**SUPPORT_SETTINGS, "activation_threshold": 30, "random_state": 0, **overrides})
+
+
+def test_sketch_estimates_cosines():
+    rng = np.random.default_rng(1)
+    g = {"a": np.zeros(40_000), "b": np.zeros((100, 30))}
+    u = {k: rng.standard_normal(v.shape) for k, v in g.items()}
+    v = {k: 0.6 * u[k] + 0.8 * rng.standard_normal(g[k].shape) for k in g}
+    (su, nu), (sv, _) = (update_sketch(g, x, sorted(g), 2048, 7) for x in (u, v))
+    exact = sum(float((u[k] * v[k]).sum()) for k in g) / np.sqrt(sum(float((u[k] ** 2).sum()) for k in g)
+                                                                  * sum(float((v[k] ** 2).sum()) for k in g))
+    assert abs(su @ sv / np.linalg.norm(su) / np.linalg.norm(sv) - exact) < 0.06
+    assert nu == pytest.approx(np.sqrt(sum(float((u[k] ** 2).sum()) for k in g)))
+
+
+def test_sketch_depends_on_the_seed_only_through_the_signs():
+    g = {"a": np.zeros(10)}
+    u = {"a": np.arange(10.0)}
+    one, other = update_sketch(g, u, ["a"], 4, 1)[0], update_sketch(g, u, ["a"], 4, 2)[0]
+    assert not np.allclose(one, other)
+    assert np.allclose(np.sort(np.abs(update_sketch(g, {"a": np.ones(10)}, ["a"], 10, 3)[0])), 1.0)
+
+
+def test_median_support_excludes_the_own_entry_and_gives_zero_to_a_zero_update():
+    bank = np.array([[1.0, 0.0], [1.0, 0.1], [1.0, -0.1], [0.0, 0.0]])
+    support = median_support(bank, bank, np.arange(4))
+    assert support[:3] == pytest.approx([0.995, 0.980, 0.980], abs=0.001)   # medians of (x, y, 0)
+    assert support[3] == 0.0
+
+
+def test_frozen_attackers_are_rejected_where_the_paper_rule_keeps_them():
+    attackers = set(range(20))                                   # 40% of 50
+    supported = run(support_screener(), 12, attackers)
+    paper = run(FedLNS(activation_threshold=30, random_state=0), 12, attackers)
+    tally = {"support": [0, 0, 0, 0], "paper": [0, 0, 0, 0]}      # attackers kept, rejected; honest kept, rejected
+    for name, results in (("support", supported), ("paper", paper)):
+        for result, clients in results:
+            if not result.active:
+                continue
+            for client in clients:
+                kept = client in result.retained
+                tally[name][(0 if client in attackers else 2) + (0 if kept else 1)] += 1
+    assert tally["support"][1] >= 0.95 * sum(tally["support"][:2])           # TPR
+    assert tally["support"][3] <= 0.05 * sum(tally["support"][2:])           # FPR
+    assert tally["paper"][0] > tally["paper"][1]                              # the paper keeps the frozen ones
+
+
+def test_clean_rounds_keep_everyone_and_clipping_bounds_each_update():
+    results = run(support_screener(), 8, set())
+    active = [(r, c) for r, c in results if r.active]
+    assert active
+    for result, clients in active:
+        assert set(result.retained) == set(clients)
+        assert all(0 < scale <= 1 for scale in result.clip_scales.values())
+        norms = {c: np.sqrt(sum(float(np.square(clients[c][k] - GLOBAL[k]).sum()) for k in GLOBAL))
+                 for c in result.retained}
+        limit = np.median(list(norms.values()))
+        assert max(norms[c] * result.clip_scales[c] for c in result.retained) <= limit * (1 + 1e-9)
+
+
+def test_loud_normalization_change_is_rejected_with_its_reason():
+    screener = support_screener()
+    run(screener, 5, set())
+    rng, honest, _ = federation(5)
+    clients = {i: honest() for i in range(10)}
+    clients[3]["h.0.ln_1.weight"] = clients[3]["h.0.ln_1.weight"] + 5.0
+    result = screener.screen(GLOBAL, clients, {i: 100 for i in clients})
+    assert result.active
+    assert "loud normalization change" in result.rejected[3]
+    assert set(result.retained) == set(range(10)) - {3}
+
+
+def test_clip_scales():
+    assert clip_scales({"a": 1.0, "b": 2.0, "c": 4.0}, ["a", "b", "c"]) == {"a": 1.0, "b": 1.0, "c": 0.5}
+    assert clip_scales({"a": 0.0, "b": 2.0}, ["a", "b"])["a"] == 1.0
+
+
+def test_save_and_load_resume_with_the_same_decisions(tmp_path):
+    first, second = support_screener(random_state=None), None
+    run(first, 4, {1, 2})
+    first.save(tmp_path / "state.npz")
+    second = FedLNS.load(tmp_path / "state.npz")
+    assert second._sketch_seed == first._sketch_seed is not None
+    rng, honest, frozen = federation(9)
+    clients = {i: frozen() if i in (1, 2) else honest() for i in range(10)}
+    one = first.screen(GLOBAL, clients, {i: 100 for i in clients})
+    two = second.screen(GLOBAL, clients, {i: 100 for i in clients})
+    assert one.to_dict() == two.to_dict()
+
+
+@settings(max_examples=25, deadline=None)
+@given(order=st.permutations(list(range(10))))
+def test_decisions_do_not_depend_on_client_order(order):
+    screener = support_screener()
+    run(screener, 5, {0, 1, 2, 3})
+    rng, honest, frozen = federation(3)
+    clients = {i: frozen() if i < 3 else honest() for i in range(10)}
+    base = _copy(screener).screen(GLOBAL, clients, {i: 100 for i in clients})
+    permuted = _copy(screener).screen(GLOBAL, {i: clients[i] for i in order}, {i: 100 for i in order})
+    assert sorted(base.retained) == sorted(permuted.retained)
+    assert base.rejected == {i: permuted.rejected[i] for i in base.rejected}
+
+
+@settings(max_examples=25, deadline=None)
+@given(scale=st.floats(-1e3, 1e3, allow_nan=False), norm_shift=st.floats(-10, 10, allow_nan=False),
+       seed=st.integers(0, 2**16))
+def test_one_hostile_client_never_changes_the_others_decisions(scale, norm_shift, seed):
+    screener = support_screener()
+    run(screener, 6, set(range(12)))
+    rng, honest, frozen = federation(11)
+    clients = {i: frozen() if i < 3 else honest() for i in range(10)}
+    counts = {i: 100 for i in clients}
+    without = _copy(screener).screen(GLOBAL, clients, counts)
+    hostile_rng = np.random.default_rng(seed)
+    clients[99] = {"h.0.ln_1.weight": np.ones(16) + norm_shift,
+                   "h.0.mlp.weight": scale * hostile_rng.standard_normal(P)}
+    with_hostile = _copy(screener).screen(GLOBAL, clients, {**counts, 99: 100})
+    assert [c for c in with_hostile.retained if c != 99] == list(without.retained)
+    assert {c: r.split(" (")[0] for c, r in with_hostile.rejected.items() if c != 99} == \
+        {c: r.split(" (")[0] for c, r in without.rejected.items()}
+
+
+def _copy(screener):
+    import copy
+    return copy.deepcopy(screener)
