@@ -11,7 +11,7 @@ from ._journal import ScreeningJournal
 from ._mixture import MixtureDecision, bic_gmm_retain
 from ._plan import ActivationPlan, plan_activation
 from ._robust import deviation_scores, median_mad, standardize
-from ._screening import FedLNS, ScreeningResult
+from ._screening import FedLNS, ScreeningResult, rule_for_round_size
 from ._signature import NormSelector, extract_signature
 from ._settings import PARAMETER_CONSTRAINTS
 from ._types import ClientId, ParamDict, escape_text
@@ -36,6 +36,7 @@ __all__ = [
     "extract_signature",
     "median_mad",
     "plan_activation",
+    "rule_for_round_size",
     "standardize",
     "weighted_average",
 ]

@@ -17,7 +17,7 @@ from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standa
 from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, flat_signature
-from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, support_rule, update_sketch
+from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, sketch_updates, support_rule
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
                      escape_text, id_sort_key, read_count)
 
@@ -144,8 +144,8 @@ class ScreeningResult:
         }
 
 
-#: The retain rule ``FedLNS.for_federation`` picks, by clients per round: (largest round size, settings).
-#: Each entry is the rule study's choice (``benchmarks/rule_study.py``, made on its selection seeds by a
+#: The paper-family retain rule measured best for each round size (issue 10's study): (largest round size,
+#: settings); :func:`rule_for_round_size` looks it up. Each entry is the rule study's choice (``benchmarks/rule_study.py``, made on its selection seeds by a
 #: rule fixed in advance, docs/rules.md) at the measured size it covers: 2, 4, 5, 10 and 20 per round.
 RULE_BY_ROUND_SIZE: tuple = (
     (2, dict(retain_rule="bank", min_separation=0.0)),                          # measured at K=10, 2 per round
@@ -156,28 +156,47 @@ RULE_BY_ROUND_SIZE: tuple = (
 )
 
 
-#: The ``"support"`` rule as the simulator's ``fedlns_support`` runs it (population support of the full update,
-#: the loud-normalization test, clipping to the retained median update, everyone averaged until the bank reaches
-#: the planned threshold): ``FedLNS(**SUPPORT_SETTINGS, activation_threshold=...)``. Not the default: its first
-#: measurements (docs/attacks.md, "The support rule") fail late in training.
-SUPPORT_SETTINGS = dict(retain_rule="support", clip="median", warmup="aggregate")
+
+
+def rule_for_round_size(clients_per_round: int) -> dict[str, Any]:
+    """The paper-family retain rule of :data:`RULE_BY_ROUND_SIZE` for rounds of ``clients_per_round``.
+
+    Examples
+    --------
+    >>> rule_for_round_size(4)
+    {'retain_rule': 'peeled', 'min_separation': 3.0}
+    """
+    return dict(next(rule for largest, rule in RULE_BY_ROUND_SIZE if largest is None or clients_per_round <= largest))
+
+
+#: The paper's configuration (``FedLNS.paper()``): its retain rule, its warm-up hold, no clipping.
+PAPER_SETTINGS = dict(retain_rule="paper", warmup="hold", clip=None, activation_threshold=100)
 
 
 class FedLNS:
-    """Screen federated client models by their normalization-layer changes (FedLNS).
+    """Screen federated client models against the population's history (FedLNS and its robust default).
 
     Each :meth:`screen` call runs one round of Algorithm ServerFedLNS: extract every valid client's
     signature (eq. ``sig_layer``), refresh the history bank *before* screening (eq. ``bank_refresh``),
     and, once the bank holds at least ``activation_threshold`` distinct ids (eq. ``bank_threshold``),
     standardize the signatures against the bank's median/MAD (eqs. ``bank_median``-``z_full``), score
-    them (eq. ``client_score``) and keep the low-deviation mixture component (Algorithm BICGMMRetain).
+    them (eq. ``client_score``) and decide by the retain rule.
+
+    The default rule, ``"support"``, also banks a sketch of each client's full update and keeps the clients
+    the population's majority group supports (``fedlns_core._support``), rejects loud normalization changes,
+    and clips the retained updates to their median norm: the paper's rule keeps attackers that send back
+    the normalization parameters they received (``docs/attacks.md``). :meth:`paper` gives the paper's exact
+    method (Algorithm BICGMMRetain, the warm-up hold, no clipping); :meth:`for_federation` plans the
+    activation threshold for a federation's size.
 
     Parameters
     ----------
     selector : NormSelector, optional
         Which parameters form the signature; default ``NormSelector(rule="auto")``.
     activation_threshold : int, default=100
-        ``M_act``: bank size at which screening starts (the paper: half of K=200 clients).
+        ``M_act``: bank size at which screening starts (the paper: half of K=200 clients); for the
+        ``"support"`` rule also how many of the most recent bank entries it groups. Plan it for your
+        federation with :meth:`for_federation`.
     mad_floor : float, default=1e-6
         Lower bound epsilon on each MAD coordinate (eq. ``bank_mad``).
     components : {"bic", "two"}, default="bic"
@@ -195,9 +214,10 @@ class FedLNS:
         k-means draws differ (``docs/performance.md`` measures the agreement).
     ema : float in [0, 1), default=0.0
         Bank update coefficient beta; 0 is the paper's latest replacement.
-    warmup : {"hold", "aggregate"}, default="hold"
-        Below the threshold, ``"hold"`` retains nobody and leaves the global model unchanged (eq.
-        ``skip_update``, the paper); ``"aggregate"`` averages every valid client.
+    warmup : {"aggregate", "hold", "screen"}, default="aggregate"
+        Below the threshold, ``"aggregate"`` averages every valid client (clipped as ``clip`` says);
+        ``"hold"`` retains nobody and leaves the global model unchanged (eq. ``skip_update``, the paper);
+        ``"screen"`` (``"support"`` only) screens from the first round against the entries the bank has.
     max_count_ratio : float >= 1 or None, default=10.0
         Cap on a retained client's example count: at most this many times the median count of the
         round's retained clients (None: no cap). Counts within the cap give the paper's weights
@@ -207,8 +227,8 @@ class FedLNS:
     random_state : int >= 0, optional
         Seed for the mixtures (and the reservoir). Round ``t`` uses a seed derived from
         ``(random_state, t)``, so decisions are reproducible and survive save/load.
-    retain_rule : {"paper", "guarded", "peeled", "bank"}, default="paper"
-        ``"paper"`` keeps the low-deviation component of the BIC-chosen mixture (Algorithm
+    retain_rule : {"support", "paper", "guarded", "peeled", "bank"}, default="support"
+        ``"support"`` is described above and in ``fedlns_core._support``. ``"paper"`` keeps the low-deviation component of the BIC-chosen mixture (Algorithm
         BICGMMRetain). The others are not in the paper; they were measured against it in
         ``docs/rules.md`` and read the bank's own scores (bank entries standardized like the round),
         whose benign part gives a width to measure separations in:
@@ -226,24 +246,27 @@ class FedLNS:
         They remove most false rejections in clean and small rounds; :meth:`for_federation` picks one
         by round size.
 
-        * ``"support"`` (experimental, ``fedlns_core._support``): reject a client whose full update the
-          population does not support (median cosine of its update sketch to the ``activation_threshold``
-          most recent other bank entries below ``support_ratio`` times the bank's typical value) or whose
-          normalization change is loud (``loud_separation``); it reads whole updates, not only norms.
+        * ``"support"`` (``fedlns_core._support``): group the ``activation_threshold`` most recent bank
+          entries by the cosines of their full-update sketches; reject a client closer to a group separated
+          from the majority group than to the majority, or whose normalization change is loud
+          (``loud_separation``). It reads whole updates, not only norms.
     lone_separation : float >= 0, default=3.0
         ``"guarded"`` only: how far above the bank's benign scores a lone client must lie to be rejected,
         in standard deviations of those scores.
     min_separation : float >= 0, default=0.0
         ``"guarded"``, ``"peeled"`` and ``"bank"``: a split whose groups' median scores differ by less than
         this many benign widths keeps everyone (for ``"guarded"``, splits into groups of two or more).
-    support_ratio : float in [0, 1), default=0.5
-        ``"support"`` only: the share of the bank's typical support a client's support must reach.
+    separation : float in (0, 1), default=0.5
+        ``"support"`` only: a group of recent bank entries is separated from the majority group when their
+        mean cosine is below this share of the majority's own.
+    max_groups : int >= 2, default=4
+        ``"support"`` only: the most groups the recent bank entries are cut into.
     loud_separation : float > 0, default=6.0
         ``"support"`` only: robust widths (1.4826 MAD of the bank's scores) above their median at which a
         normalization change is loud.
     sketch_dim : int >= 16, default=2048
         ``"support"`` only: length of the banked update sketch (cosine error about ``1/sqrt(sketch_dim)``).
-    clip : {"median"} or None, default=None
+    clip : {"median"} or None, default="median"
         ``"median"`` scales each retained update down to at most the retained clients' median update norm
         in :meth:`ScreeningResult.aggregate` (bounded influence); None, the paper, leaves them.
 
@@ -279,11 +302,12 @@ class FedLNS:
     def __init__(self, *, selector: NormSelector | None = None, activation_threshold: int = 100,
                  mad_floor: float = 1e-6, components: str = "bic", reg_covar: float = 1e-4,
                  n_init: int = 5, max_iter: int = 200, mixture_solver: str = "fast", ema: float = 0.0,
-                 warmup: str = "hold",
+                 warmup: str = "aggregate",
                  max_count_ratio: float | None = 10.0, max_clients: int | None = None,
-                 random_state: int | None = None, retain_rule: str = "paper", lone_separation: float = 3.0,
-                 min_separation: float = 0.0, support_ratio: float = 0.5, loud_separation: float = 6.0,
-                 sketch_dim: int = 2048, clip: str | None = None):
+                 random_state: int | None = None, retain_rule: str = "support", lone_separation: float = 3.0,
+                 min_separation: float = 0.0, separation: float = 0.5, max_groups: int = 4,
+                 loud_separation: float = 6.0,
+                 sketch_dim: int = 2048, clip: str | None = "median"):
         self.selector = selector
         self.activation_threshold = activation_threshold
         self.mad_floor = mad_floor
@@ -300,7 +324,8 @@ class FedLNS:
         self.retain_rule = retain_rule
         self.lone_separation = lone_separation
         self.min_separation = min_separation
-        self.support_ratio = support_ratio
+        self.separation = separation
+        self.max_groups = max_groups
         self.loud_separation = loud_separation
         self.sketch_dim = sketch_dim
         self.clip = clip
@@ -309,16 +334,30 @@ class FedLNS:
         self._sketch_seed: int | None = None
 
     @classmethod
-    def for_federation(cls, num_clients: int, clients_per_round: int, malicious_fraction: float,
+    def paper(cls, **settings) -> "FedLNS":
+        """The paper's method: Algorithm BICGMMRetain on the normalization signatures, the global model held
+        until the bank reaches ``activation_threshold`` (100, the paper's for K=200), no clipping.
+
+        ``settings`` override any of these or set the others (``random_state``, ``selector``, ...).
+
+        Examples
+        --------
+        >>> screener = FedLNS.paper(random_state=0)
+        >>> screener.retain_rule, screener.warmup, screener.clip, screener.activation_threshold
+        ('paper', 'hold', None, 100)
+        """
+        return cls(**{**PAPER_SETTINGS, **settings})
+
+    @classmethod
+    def for_federation(cls, num_clients: int, clients_per_round: int, malicious_fraction: float = 0.4,
                        max_risk: float = 0.01, **settings) -> "FedLNS":
         """A screener configured for a federation of ``num_clients`` with ``clients_per_round`` per round.
 
         The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
-        malicious majority stays at most ``max_risk``), and the retain rule is the one that won the rule
-        study of ``docs/rules.md`` for the nearest measured round size (:data:`RULE_BY_ROUND_SIZE`: the
-        ``"bank"`` rule for 2 per round, ``"peeled"`` for 3 to 7, ``"guarded"`` from 8). On those synthetic
-        federations the paper's rule rejected 4-50% of benign clients in clean rounds. The plan is kept
-        as ``plan_`` (not saved with the screener).
+        malicious majority stays at most ``max_risk``); every other setting is the default (the ``"support"``
+        rule groups that many recent bank entries, whatever the round size). Pass
+        ``**rule_for_round_size(clients_per_round)`` for the paper-family rule issue 10 measured best for
+        that round size. The plan is kept as ``plan_`` (not saved with the screener).
 
         Parameters
         ----------
@@ -326,19 +365,21 @@ class FedLNS:
             Population size K.
         clients_per_round : int
             Clients sampled per round, 1 to K.
-        malicious_fraction : float in [0, 0.5)
-            The assumed *upper bound* on the malicious share of the population, not its true value.
+        malicious_fraction : float in [0, 0.5), default=0.4
+            The assumed *upper bound* on the malicious share of the population, not its true value: the
+            default plans for the largest share the defence was measured against.
         max_risk : float in (0, 1), default=0.01
             Accepted probability of a malicious-majority bank at activation.
         **settings
-            Any other :class:`FedLNS` setting; an explicit ``activation_threshold`` or ``retain_rule``
-            replaces the planned one.
+            Any other :class:`FedLNS` setting; an explicit ``activation_threshold`` replaces the planned one.
 
         Examples
         --------
-        >>> screener = FedLNS.for_federation(20, 4, 0.25, random_state=0)
-        >>> screener.activation_threshold, screener.retain_rule, screener.min_separation
-        (11, 'peeled', 3.0)
+        >>> screener = FedLNS.for_federation(100, 10, random_state=0)
+        >>> screener.activation_threshold, screener.retain_rule, screener.warmup
+        (61, 'support', 'aggregate')
+        >>> FedLNS.for_federation(20, 4, 0.25, **rule_for_round_size(4)).retain_rule
+        'peeled'
         """
         from ._plan import plan_activation
 
@@ -350,8 +391,7 @@ class FedLNS:
             raise ValueError(f"clients_per_round must be between 1 and num_clients={num_clients}, "
                              f"got {clients_per_round}")
         plan = plan_activation(num_clients, malicious_fraction, clients_per_round / num_clients, max_risk)
-        rule = next(rule for largest, rule in RULE_BY_ROUND_SIZE if largest is None or clients_per_round <= largest)
-        chosen = dict(activation_threshold=plan.threshold, **rule)
+        chosen = dict(activation_threshold=plan.threshold)
         chosen.update(settings)
         screener = cls(**chosen)
         screener.validate_params()
@@ -431,11 +471,12 @@ class FedLNS:
             signatures = np.empty((len(canonical), width + sketch_dim + supporting))
             for row, client_id in zip(signatures, canonical):
                 flat_signature(global_params, arrays[client_id], keys, out=row[:width])
-                if supporting:
-                    row[width:-1], norms[client_id] = update_sketch(global_params, arrays[client_id],
-                                                                    sorted(global_params), sketch_dim,
-                                                                    self._sketch_key())
-                    row[-1] = self.round_
+            if supporting:
+                signatures[:, width:-1], client_norms = sketch_updates(
+                    global_params, [arrays[client_id] for client_id in canonical], sorted(global_params),
+                    sketch_dim, self._sketch_key())
+                signatures[:, -1] = self.round_
+                norms = dict(zip(canonical, client_norms.tolist()))
         finite = np.isfinite(signatures).all(axis=1) & np.isfinite([norms.get(c, 0.0) for c in canonical])
         for client_id in (c for c, ok in zip(canonical, finite) if not ok):
             rejected[client_id] = "invalid: signature overflows float64"
@@ -468,7 +509,7 @@ class FedLNS:
         screened = set(canonical)
         valid = [client_id for client_id in valid if client_id in screened]
         common = dict(round=round_index, bank_size=len(refresh), signature_keys=keys)
-        if len(refresh) < settings["activation_threshold"]:
+        if len(refresh) < settings["activation_threshold"] and settings["warmup"] != "screen":
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
             result = ScreeningResult(active=False, retained=retained, rejected=rejected,
                                      **self._weighting(retained, counts, settings["max_count_ratio"]),
@@ -489,10 +530,9 @@ class FedLNS:
                     own = np.array([refresh.slots.get(client_id, -1) for client_id in canonical])
                     outcome = support_rule(features, standardize(bank_rows[:, :width], median, mad),
                                            signatures[:, width:-1], bank_rows[:, width:-1], own,
-                                           bank_rows[:, -1], recent=max(settings["activation_threshold"], 2),
-                                           support_ratio=settings["support_ratio"],
-                                           loud_separation=settings["loud_separation"],
-                                           random_state=mixture["random_state"])
+                                           bank_rows[:, -1], recent=max(settings["activation_threshold"], 3),
+                                           max_groups=settings["max_groups"], separation=settings["separation"],
+                                           loud_separation=settings["loud_separation"])
                     labels, n_components, bic = (~outcome.retained).astype(int), None, None
                     reasons = [f"screened: {reason}" if reason else "" for reason in outcome.reasons]
                     support = dict(zip(canonical, outcome.support.tolist()))
@@ -583,6 +623,9 @@ class FedLNS:
         ``ValueError`` names the first bad setting. numpy scalars count as their Python types.
         """
         settings = validate_settings("FedLNS", {name: getattr(self, name) for name in PARAMETER_CONSTRAINTS})
+        if settings["warmup"] == "screen" and settings["retain_rule"] != "support":
+            raise ValueError(f"warmup='screen' needs retain_rule='support' (the others need a full bank), "
+                             f"got retain_rule={settings['retain_rule']!r}")
         if settings["max_clients"] is not None and settings["max_clients"] < settings["activation_threshold"]:
             raise ValueError(f"max_clients={settings['max_clients']} is below activation_threshold="
                              f"{settings['activation_threshold']}: screening could never start")

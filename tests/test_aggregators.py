@@ -424,7 +424,7 @@ def test_composes_with_fedlns_screening():
     clients = {i: {k: v + 0.01 * rng.standard_normal(v.shape).astype(np.float32) for k, v in global_params.items()}
                for i in range(6)}
     counts = {i: 10 for i in clients}
-    result = fedlns_core.FedLNS(activation_threshold=0, random_state=0).screen(global_params, clients, counts)
+    result = fedlns_core.FedLNS.paper(activation_threshold=0, random_state=0).screen(global_params, clients, counts)
     new = result.aggregate(global_params, clients, rule=make_aggregator("coordinate_median"))
     retained = {i: client_updates(global_params, {i: clients[i]})[i] for i in result.retained}
     expected = apply_update(global_params, coordinate_median(retained))

@@ -173,7 +173,7 @@ def test_load_rejects_corrupt_and_foreign_files(tmp_path):
         HistoryBank.load(foreign)
     from fedlns_core import FedLNS
     screener_file = tmp_path / "screener.npz"
-    FedLNS().save(screener_file)
+    FedLNS.paper().save(screener_file)
     with pytest.raises(ValueError, match="expected 'history-bank'"):
         HistoryBank.load(screener_file)
     truncated = tmp_path / "truncated.npz"

@@ -187,7 +187,7 @@ def test_screener_default_and_reference_solver_agree_on_a_clearly_split_round():
     clients = [{i: client(0.05 if i < 4 else 0.0) for i in range(20)} for _ in range(3)]
     outcomes = {}
     for solver in ("fast", "sklearn"):
-        screener = FedLNS(activation_threshold=20, random_state=0, mixture_solver=solver)
+        screener = FedLNS.paper(activation_threshold=20, random_state=0, mixture_solver=solver)
         outcomes[solver] = [screener.screen(global_params, round_, {i: 1 for i in round_}).retained
                             for round_ in clients]
     assert outcomes["fast"] == outcomes["sklearn"]

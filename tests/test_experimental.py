@@ -54,7 +54,7 @@ def test_clients_that_move_their_adapters_far_more_are_rejected():
     g = _payload(rng)
     sent = {c: {k: v + 0.01 * rng.normal(size=v.shape) for k, v in g.items()} for c in range(12)}
     sent.update({c: {k: v + 0.3 * rng.normal(size=v.shape) for k, v in g.items()} for c in (12, 13, 14)})
-    result = FedLNS(selector=lora_selector(), activation_threshold=0, random_state=0).screen(*lora_signature(g, sent), {c: 1 for c in sent})
+    result = FedLNS.paper(selector=lora_selector(), activation_threshold=0, random_state=0).screen(*lora_signature(g, sent), {c: 1 for c in sent})
     assert sorted(result.rejected) == [12, 13, 14]
     merged = result.aggregate(g, sent)
     assert set(merged) == set(g)   # aggregated from the real payloads, not the signature view

@@ -124,7 +124,7 @@ class RecordingFedAvg(FedAvg):
 def make_screener(**overrides) -> FedLNS:
     settings = dict(selector=NormSelector(keys=NORM_KEYS), activation_threshold=len(BENIGN + ATTACKERS), random_state=0)
     settings.update(overrides)
-    return FedLNS(**settings)
+    return FedLNS.paper(**settings)
 
 
 def configure(strategy, server_round=1, nodes=BENIGN + ATTACKERS):

@@ -1,4 +1,4 @@
-"""The retain rules that read the bank (``FedLNS(retain_rule="guarded" | "peeled" | "bank")``) and
+"""The retain rules that read the bank (``FedLNS.paper(retain_rule="guarded" | "peeled" | "bank")``) and
 ``FedLNS.for_federation`` (issue 10).
 
 The targets are the issue's, checked on federations of the kind in ``tests/test_scenarios.py`` at seeds the
@@ -8,20 +8,27 @@ rule study (``benchmarks/rule_study.py``) and ``benchmarks/rule_targets.py`` did
 import numpy as np
 import pytest
 
-from fedlns_core import FedLNS, plan_activation, standardize
+from fedlns_core import FedLNS, plan_activation, rule_for_round_size, standardize
 from fedlns_core._rules import (bank_mixture_rule, bank_rule, benign_reference, benign_spread, guarded_rule,
                                 paper_rule, peeled, separated)
-from fedlns_core._screening import RULE_BY_ROUND_SIZE
+from fedlns_core._screening import PAPER_SETTINGS, RULE_BY_ROUND_SIZE
 from fedlns_core._signature import flat_signature
 from fedlns_core._synthetic import SyntheticFederation
 
 
+def paper_for_federation(n_clients, per_round, bound, **settings):
+    """Issue 10's screener: the planned threshold, the paper's settings and the rule for the round size."""
+    paper = {k: v for k, v in PAPER_SETTINGS.items() if k != "activation_threshold"}
+    return FedLNS.for_federation(n_clients, per_round, bound, **{**paper, **rule_for_round_size(per_round),
+                                                                 **settings})
+
+
 def detection(n_clients, per_round, bound, fraction, seeds, rounds=40, **settings):
-    """Pooled (tp, fn, fp, tn) of ``for_federation`` over the active rounds of one federation per seed."""
+    """Pooled (tp, fn, fp, tn) of issue 10's screener over the active rounds of one federation per seed."""
     tp = fn = fp = tn = 0
     for seed in seeds:
         federation = SyntheticFederation(n_clients, fraction, n_layers=2, width=64, seed=seed)
-        screener = FedLNS.for_federation(n_clients, per_round, bound, random_state=seed, **settings)
+        screener = paper_for_federation(n_clients, per_round, bound, random_state=seed, **settings)
         for round_index in range(rounds):
             models, counts = federation.sample_round(round_index, participation=per_round / n_clients)
             result = screener.screen(federation.global_params, models, counts)
@@ -69,15 +76,16 @@ def test_for_federation_uses_the_plan():
     plan = plan_activation(50, 0.2, 5 / 50, max_risk=0.05)
     assert screener.plan_ == plan
     assert screener.activation_threshold == plan.threshold
-    assert (screener.retain_rule, screener.min_separation, screener.random_state) == ("peeled", 2.0, 3)
+    assert (screener.retain_rule, screener.clip, screener.random_state) == ("support", "median", 3)   # the default
+    assert FedLNS.for_federation(50, 5).plan_ == plan_activation(50, 0.4, 5 / 50)     # planned for 40% by default
 
 
 @pytest.mark.parametrize("per_round, rule, separation", [
     (1, "bank", 0.0), (2, "bank", 0.0), (3, "peeled", 3.0), (4, "peeled", 3.0), (5, "peeled", 2.0),
     (7, "peeled", 2.0), (8, "guarded", 1.0), (10, "guarded", 1.0), (14, "guarded", 1.0), (15, "guarded", 0.0),
     (20, "guarded", 0.0), (100, "guarded", 0.0)])
-def test_for_federation_picks_the_rule_measured_for_the_round_size(per_round, rule, separation):
-    screener = FedLNS.for_federation(200, per_round, 0.2)
+def test_the_paper_family_rule_measured_for_the_round_size(per_round, rule, separation):
+    screener = FedLNS.for_federation(200, per_round, 0.2, **rule_for_round_size(per_round))
     assert (screener.retain_rule, screener.min_separation) == (rule, separation)
     assert RULE_BY_ROUND_SIZE[-1][0] is None
 
@@ -168,7 +176,7 @@ def test_guarded_rule_does_not_mutate_inputs():
 @pytest.mark.parametrize("rule", ["guarded", "peeled", "bank"])
 def test_screener_decides_as_the_rule_does(rule):
     federation = SyntheticFederation(30, 0.3, n_layers=2, width=16, seed=4)
-    screener = FedLNS(activation_threshold=20, random_state=3, retain_rule=rule, min_separation=1.0)
+    screener = FedLNS.paper(activation_threshold=20, random_state=3, retain_rule=rule, min_separation=1.0)
     for round_index in range(3):
         models, counts = federation.sample_round(round_index, participation=0.5)
         result = screener.screen(federation.global_params, models, counts)
@@ -198,4 +206,4 @@ def test_guarded_settings_survive_save_and_load(tmp_path):
                                          ("min_separation", float("nan"))])
 def test_guarded_settings_are_validated(name, value):
     with pytest.raises(ValueError, match=name):
-        FedLNS(**{name: value}).validate_params()
+        FedLNS.paper(**{name: value}).validate_params()

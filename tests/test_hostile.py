@@ -49,7 +49,7 @@ def replaced(g, clients, key, value):
 
 
 def screen(clients, counts, g=None, **settings):
-    screener = FedLNS(activation_threshold=settings.pop("activation_threshold", 0), random_state=0, **settings)
+    screener = FedLNS.paper(activation_threshold=settings.pop("activation_threshold", 0), random_state=0, **settings)
     return screener, screener.screen(make_global() if g is None else g, clients, counts)
 
 
@@ -96,7 +96,7 @@ def test_reproducer_1e307_norm_neither_crashes_nor_half_commits():
 def test_reproducer_failed_round_changes_nothing(monkeypatch, tmp_path):
     g = make_global()
     clients, counts = make_round(g)
-    screener = FedLNS(activation_threshold=0, random_state=0)
+    screener = FedLNS.paper(activation_threshold=0, random_state=0)
     screener.screen(g, clients, counts)
     screener.save(tmp_path / "before.npz")
     before = (screener.round_, screener.bank.ids, screener.bank._columns[:, : len(screener.bank)].copy())
@@ -186,17 +186,17 @@ def test_reproducer_float64_client_beyond_the_float32_global_is_rejected():
 def test_reproducer_settings_one_table_numpy_ints_and_negative_seed():
     g = make_global()
     clients, counts = make_round(g)
-    screener = FedLNS(activation_threshold=np.int64(3), n_init=np.int32(2), max_clients=np.int64(50),
+    screener = FedLNS.paper(activation_threshold=np.int64(3), n_init=np.int32(2), max_clients=np.int64(50),
                       random_state=np.int64(7))
     screener.screen(g, clients, counts)
     bank = HistoryBank(max_clients=np.int64(4), random_state=np.uint8(3))
     bank.update({1: {"a.ln.weight": np.zeros(2)}})
-    bad = FedLNS(activation_threshold=0, random_state=-1)
+    bad = FedLNS.paper(activation_threshold=0, random_state=-1)
     with pytest.raises(ValueError, match="random_state must be"):
         bad.screen(g, clients, counts)
     assert bad.round_ == 0 and len(bad.bank) == 0
     with pytest.raises(ValueError, match="max_count_ratio must be"):
-        FedLNS(max_count_ratio=0.5).validate_params()
+        FedLNS.paper(max_count_ratio=0.5).validate_params()
 
 
 def _tamper(path, out, mutate_header=None, extra=None):
@@ -232,7 +232,7 @@ def _tamper(path, out, mutate_header=None, extra=None):
 def test_reproducer_load_raises_only_value_error(tmp_path, mutate, words):
     g = make_global()
     clients, counts = make_round(g)
-    screener = FedLNS(activation_threshold=0, random_state=0)
+    screener = FedLNS.paper(activation_threshold=0, random_state=0)
     screener.screen(g, clients, counts)
     screener.save(tmp_path / "good.npz")
     bad = _tamper(tmp_path / "good.npz", tmp_path / "bad.npz", mutate_header=mutate)
@@ -241,7 +241,7 @@ def test_reproducer_load_raises_only_value_error(tmp_path, mutate, words):
 
 
 def test_reproducer_unexpected_compressed_array_is_never_decompressed(tmp_path, monkeypatch):
-    screener = FedLNS()
+    screener = FedLNS.paper()
     screener.save(tmp_path / "good.npz")
     bomb = b"\0" * (32 << 20)              # 32 MB of zeros, a few kB compressed
     bad = _tamper(tmp_path / "good.npz", tmp_path / "bomb.npz", extra={"extra.npy": (bomb, zipfile.ZIP_DEFLATED)})
@@ -270,7 +270,7 @@ def test_reproducer_orphan_temp_files_are_cleaned(tmp_path):
     orphan.write_bytes(b"half a save")
     unrelated = tmp_path / ".other.npz.abc123.tmp"
     unrelated.write_bytes(b"someone else's")
-    FedLNS().save(path)
+    FedLNS.paper().save(path)
     assert not orphan.exists() and unrelated.exists()
     FedLNS.load(path)
 

@@ -274,7 +274,7 @@ def test_fedlns_screens_adapter_plus_norm_payloads_unchanged():
         payloads[client] = {key: value.copy() for key, value in peft_state_dict_to_numpy(model).items()}
         counts[client] = 24
 
-    screener = FedLNS(selector=norm_selector(global_model), activation_threshold=8, random_state=0)
+    screener = FedLNS.paper(selector=norm_selector(global_model), activation_threshold=8, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = screener.screen(global_arrays, payloads, counts)

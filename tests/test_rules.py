@@ -12,7 +12,7 @@ from fedlns_core._synthetic import SyntheticFederation
 
 def test_paper_rule_decides_as_the_screener_does():
     federation = SyntheticFederation(30, 0.3, n_layers=2, width=16, seed=4)
-    screener = FedLNS(activation_threshold=20, random_state=3)
+    screener = FedLNS.paper(activation_threshold=20, random_state=3)
     for round_index in range(2):
         models, counts = federation.sample_round(round_index, participation=0.5)
         result = screener.screen(federation.global_params, models, counts)

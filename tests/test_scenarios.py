@@ -39,7 +39,7 @@ def run(malicious_fraction, rounds=40, seeds=(1, 2, 3)):
 
 def _tally_federation(tally, malicious_fraction, rounds, seed):
     federation = SyntheticFederation(200, malicious_fraction, n_layers=2, width=64, seed=seed)
-    screener = FedLNS(activation_threshold=100, random_state=seed)
+    screener = FedLNS.paper(activation_threshold=100, random_state=seed)
     for round_index in range(rounds):
         models, counts = federation.sample_round(round_index, participation=0.1)
         result = screener.screen(federation.global_params, models, counts)

@@ -34,7 +34,7 @@ def counts_for(ids, value=100.0):
 
 
 def screen_once(clients, threshold=0, **kwargs):
-    screener = FedLNS(activation_threshold=threshold, random_state=0, **kwargs)
+    screener = FedLNS.paper(activation_threshold=threshold, random_state=0, **kwargs)
     g = make_global()
     return screener, screener.screen(g, clients, counts_for(clients))
 
@@ -43,7 +43,7 @@ def test_attackers_rejected_benign_kept_and_weights():
     g = make_global()
     clients = make_clients(g, range(12), attackers={0, 5, 9})
     counts = {cid: 50.0 + cid for cid in clients}
-    result = FedLNS(activation_threshold=0, random_state=0).screen(g, clients, counts)
+    result = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, clients, counts)
     assert result.active and result.n_components == 2
     assert set(result.rejected) == {0, 5, 9}
     assert all(reason.startswith("screened: high deviation (cluster median delta") for reason in
@@ -62,18 +62,18 @@ def test_attackers_rejected_benign_kept_and_weights():
 def test_hold_warmup_keeps_global_and_aggregate_warmup_averages():
     g = make_global()
     clients = make_clients(g, range(4))
-    held = FedLNS(activation_threshold=10).screen(g, clients, counts_for(clients))
+    held = FedLNS.paper(activation_threshold=10).screen(g, clients, counts_for(clients))
     assert not held.active and held.retained == () and held.rejected == {} and held.bank_size == 4
     unchanged = held.aggregate(g, clients)
     assert all(np.array_equal(unchanged[k], g[k]) and unchanged[k] is not g[k] for k in g)
-    warm = FedLNS(activation_threshold=10, warmup="aggregate").screen(g, clients, counts_for(clients))
+    warm = FedLNS.paper(activation_threshold=10, warmup="aggregate").screen(g, clients, counts_for(clients))
     assert not warm.active and warm.retained == (0, 1, 2, 3)
     assert warm.weights == pytest.approx({c: 0.25 for c in range(4)})
 
 
 def test_bank_is_refreshed_before_screening_and_activation_counts_distinct_ids():
     g = make_global()
-    screener = FedLNS(activation_threshold=6, random_state=0)
+    screener = FedLNS.paper(activation_threshold=6, random_state=0)
     assert not screener.screen(g, make_clients(g, [0, 1, 2]), counts_for([0, 1, 2])).active
     assert not screener.screen(g, make_clients(g, [1, 2, 3], seed=1), counts_for([1, 2, 3])).active
     result = screener.screen(g, make_clients(g, [4, 5], seed=2), counts_for([4, 5]))
@@ -95,7 +95,7 @@ def test_bad_client_is_rejected_with_reason_and_never_banked(mutate, reason):
     g = make_global()
     clients = make_clients(g, range(8))
     mutate(clients[3])
-    screener = FedLNS(activation_threshold=0, random_state=0)
+    screener = FedLNS.paper(activation_threshold=0, random_state=0)
     result = screener.screen(g, clients, counts_for(clients))
     assert result.rejected[3].startswith(reason)
     assert 3 not in result.retained and 3 not in screener.bank and len(screener.bank) == 7
@@ -112,7 +112,7 @@ def test_bad_counts_are_rejected(count, reason):
     clients = make_clients(g, range(5))
     counts = counts_for(clients)
     counts[2] = count
-    result = FedLNS(activation_threshold=0, random_state=0).screen(g, clients, counts)
+    result = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, clients, counts)
     assert reason in result.rejected[2] and 2 not in result.retained
 
 
@@ -120,7 +120,7 @@ def test_ids_without_count_or_model_are_rejected():
     g = make_global()
     clients = make_clients(g, range(5))
     counts = counts_for(range(1, 6))
-    result = FedLNS(activation_threshold=0, random_state=0).screen(g, clients, counts)
+    result = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, clients, counts)
     assert result.rejected[0] == "invalid: no num_examples for this client"
     assert result.rejected[5] == "invalid: num_examples given but no model"
 
@@ -130,31 +130,31 @@ def test_caller_errors_raise_with_specific_messages():
     clients = make_clients(g, range(3))
     bad_global = dict(g, **{"h.0.ln_1.bias": np.full(16, np.nan, np.float32)})
     with pytest.raises(ValueError, match="global_params: key 'h.0.ln_1.bias' has non-finite"):
-        FedLNS().screen(bad_global, clients, counts_for(clients))
+        FedLNS.paper().screen(bad_global, clients, counts_for(clients))
     with pytest.raises(ValueError, match="matched none"):
-        FedLNS(selector=NormSelector(patterns=["nothing"])).screen(g, clients, counts_for(clients))
+        FedLNS.paper(selector=NormSelector(patterns=["nothing"])).screen(g, clients, counts_for(clients))
     with pytest.raises(TypeError, match="unsupported type float"):
-        FedLNS().screen(g, {1.5: clients[0]}, {1.5: 10})
+        FedLNS.paper().screen(g, {1.5: clients[0]}, {1.5: 10})
     with pytest.raises(ValueError, match="warmup"):
-        FedLNS(warmup="later").screen(g, clients, counts_for(clients))
+        FedLNS.paper(warmup="later").screen(g, clients, counts_for(clients))
     with pytest.raises(ValueError, match="screening could never start"):
-        FedLNS(max_clients=5, activation_threshold=10).screen(g, clients, counts_for(clients))
+        FedLNS.paper(max_clients=5, activation_threshold=10).screen(g, clients, counts_for(clients))
     with pytest.raises(ValueError, match="n_init"):
-        FedLNS(n_init=0).screen(g, clients, counts_for(clients))
+        FedLNS.paper(n_init=0).screen(g, clients, counts_for(clients))
 
 
 def test_edge_rounds():
     g = make_global()
-    screener = FedLNS(activation_threshold=0, random_state=0)
+    screener = FedLNS.paper(activation_threshold=0, random_state=0)
     empty = screener.screen(g, {}, {})
     assert empty.active and empty.retained == () and empty.n_components is None
     assert all(np.array_equal(v, g[k]) for k, v in empty.aggregate(g, {}).items())
     one = screener.screen(g, make_clients(g, ["solo"]), {"solo": 5})
     assert one.retained == ("solo",) and one.n_components == 1 and one.bic is None
-    two = FedLNS(activation_threshold=0, random_state=0).screen(g, make_clients(g, [1, 2]), counts_for([1, 2]))
+    two = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, make_clients(g, [1, 2]), counts_for([1, 2]))
     assert len(two.retained) >= 1 and set(two.retained) | set(two.rejected) == {1, 2}
     same_model = make_clients(g, [0])[0]
-    identical = FedLNS(activation_threshold=0, random_state=0).screen(
+    identical = FedLNS.paper(activation_threshold=0, random_state=0).screen(
         g, {c: same_model for c in range(6)}, counts_for(range(6)))
     assert identical.retained == tuple(range(6)) and identical.n_components == 1
     assert all(np.isfinite(list(identical.scores.values())))
@@ -167,7 +167,7 @@ def test_integer_and_half_precision_parameters():
     clients = make_clients(g, range(6), attackers={1})
     for model in clients.values():
         model["step"] = np.array(8)
-    screener = FedLNS(activation_threshold=0, random_state=0)
+    screener = FedLNS.paper(activation_threshold=0, random_state=0)
     result = screener.screen(g, clients, counts_for(clients))
     new = result.aggregate(g, clients)
     assert new["h.0.ln_1.weight"].dtype == np.float16 and new["step"].dtype == g["step"].dtype
@@ -180,13 +180,13 @@ def test_decisions_do_not_depend_on_client_or_key_order(order, shuffler):
     g = make_global()
     clients = make_clients(g, list(range(10)) + ["x", "y"], attackers={2, "x", 7})
     counts = {cid: 10.0 + (hash(str(cid)) % 7) for cid in clients}
-    reference = FedLNS(activation_threshold=0, random_state=3).screen(g, clients, counts)
+    reference = FedLNS.paper(activation_threshold=0, random_state=3).screen(g, clients, counts)
     keys = list(g)
     shuffler.shuffle(keys)
     shuffled_global = {k: g[k] for k in keys}
     shuffled_clients = {cid: {k: clients[cid][k] for k in reversed(keys)} for cid in order}
     shuffled_counts = {cid: counts[cid] for cid in reversed(order)}
-    result = FedLNS(activation_threshold=0, random_state=3).screen(shuffled_global, shuffled_clients, shuffled_counts)
+    result = FedLNS.paper(activation_threshold=0, random_state=3).screen(shuffled_global, shuffled_clients, shuffled_counts)
     assert set(result.retained) == set(reference.retained)
     assert result.retained == tuple(cid for cid in order if cid in reference.retained)   # input order
     assert result.rejected == reference.rejected and result.bic == reference.bic
@@ -198,7 +198,7 @@ def test_decisions_do_not_depend_on_client_or_key_order(order, shuffler):
 def test_retained_is_a_subset_with_weights_summing_to_one(n_clients, attackers, seed):
     g = make_global()
     clients = make_clients(g, range(n_clients), attackers=attackers, seed=seed)
-    result = FedLNS(activation_threshold=0, random_state=seed).screen(g, clients, counts_for(clients))
+    result = FedLNS.paper(activation_threshold=0, random_state=seed).screen(g, clients, counts_for(clients))
     assert result.retained and set(result.retained) <= set(clients)
     assert set(result.retained).isdisjoint(result.rejected)
     assert set(result.retained) | set(result.rejected) == set(clients)
@@ -208,8 +208,8 @@ def test_retained_is_a_subset_with_weights_summing_to_one(n_clients, attackers, 
 def test_deterministic_for_a_random_state_and_json_serialisable():
     g = make_global()
     clients = make_clients(g, range(10), attackers={1, 2, 3}, noise=0.2, shift=0.1)
-    first = FedLNS(activation_threshold=0, random_state=11).screen(g, clients, counts_for(clients))
-    second = FedLNS(activation_threshold=0, random_state=11).screen(g, clients, counts_for(clients))
+    first = FedLNS.paper(activation_threshold=0, random_state=11).screen(g, clients, counts_for(clients))
+    second = FedLNS.paper(activation_threshold=0, random_state=11).screen(g, clients, counts_for(clients))
     assert first == second
     decoded = json.loads(json.dumps(first.to_dict()))
     assert decoded["retained"] == list(first.retained) and decoded["round"] == 0
@@ -222,7 +222,7 @@ def test_deterministic_for_a_random_state_and_json_serialisable():
        st.sets(st.integers(0, 9), max_size=3))
 def test_save_load_gives_the_same_next_decision(tmp_path_factory, history, seed, ema, rule, attackers):
     g = make_global()
-    screener = FedLNS(activation_threshold=8, random_state=seed, ema=ema, selector=NormSelector(rule=rule))
+    screener = FedLNS.paper(activation_threshold=8, random_state=seed, ema=ema, selector=NormSelector(rule=rule))
     for round_index, ids in enumerate(history):
         screener.screen(g, make_clients(g, sorted(ids), seed=round_index), counts_for(ids))
     path = tmp_path_factory.mktemp("state") / "nested" / "fedlns.npz"
@@ -236,7 +236,7 @@ def test_save_load_gives_the_same_next_decision(tmp_path_factory, history, seed,
 
 def test_load_rejects_foreign_and_corrupt_screener_files(tmp_path):
     bank_file = tmp_path / "bank.npz"
-    FedLNS().bank.save(bank_file)
+    FedLNS.paper().bank.save(bank_file)
     with pytest.raises(ValueError, match="expected 'screener'"):
         FedLNS.load(bank_file)
     broken = tmp_path / "broken.npz"
@@ -248,7 +248,7 @@ def test_load_rejects_foreign_and_corrupt_screener_files(tmp_path):
 def test_rule_composes_with_another_aggregator():
     g = make_global()
     clients = make_clients(g, range(9), attackers={4})
-    result = FedLNS(activation_threshold=0, random_state=0).screen(g, clients, counts_for(clients))
+    result = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, clients, counts_for(clients))
     seen = {}
 
     def coordinate_median(updates, num_examples):
@@ -268,7 +268,7 @@ def test_inputs_are_never_mutated():
     counts = counts_for(clients)
     frozen = {c: {k: v.copy() for k, v in m.items()} for c, m in clients.items()}
     frozen_global = {k: v.copy() for k, v in g.items()}
-    result = FedLNS(activation_threshold=0, random_state=0).screen(g, clients, counts)
+    result = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, clients, counts)
     result.aggregate(g, clients)
     assert all(np.array_equal(frozen[c][k], clients[c][k]) for c in clients for k in g)
     assert all(np.array_equal(frozen_global[k], g[k]) for k in g) and counts == counts_for(range(8))
@@ -286,6 +286,6 @@ def test_non_finite_value_deep_in_a_large_array_is_found(dtype, bad):
     clients[4]["wte.weight"] = clients[4]["wte.weight"].copy()
     clients[4]["wte.weight"][399, 299] = bad
     clients[5]["wte.weight"] = np.full((400, 300), np.finfo(dtype).max / 2, dtype=dtype)  # finite, overflows the probe
-    result = FedLNS(activation_threshold=0, random_state=0).screen(g, clients, counts_for(clients))
+    result = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, clients, counts_for(clients))
     assert result.rejected[4] == "invalid: non-finite values in 'wte.weight'"
     assert 5 not in result.rejected or not result.rejected[5].startswith("invalid")

@@ -64,11 +64,14 @@ def test_screener_settings_come_from_the_config():
     assert (paper.retain_rule, paper.mixture_solver, paper.activation_threshold) == ("paper", "sklearn", 50)
     config = make_config("cpu", "gpt", method="fedlns", retain_rule="for_federation", mixture_solver="fast")
     planned = make_screener(config)
-    from fedlns_core import FedLNS
-    expected = FedLNS.for_federation(config.num_clients, config.clients_per_round, 0.4)
-    assert (planned.retain_rule, planned.min_separation, planned.lone_separation) == (
-        expected.retain_rule, expected.min_separation, expected.lone_separation)
+    from fedlns_core import FedLNS, rule_for_round_size
+    expected = FedLNS.paper(**rule_for_round_size(config.clients_per_round))
+    assert (planned.retain_rule, planned.min_separation, planned.lone_separation, planned.clip) == (
+        expected.retain_rule, expected.min_separation, expected.lone_separation, None)
     assert planned.activation_threshold == config.activation_threshold and planned.mixture_solver == "fast"
+    default = make_screener(make_config("cpu", "gpt", method="fedlns_default", warmup="hold"))
+    planned = FedLNS.for_federation(100, 10)                        # the population size, nothing else
+    assert default.get_params() == {**planned.get_params(), "random_state": default.random_state}
     assert make_screener(make_config("cpu", "gpt", method="fedavg")) is None
 
 

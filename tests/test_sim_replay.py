@@ -58,7 +58,7 @@ def test_guarded_variant_is_the_screeners_guarded_rule(recorded):
 
     config = read_meta(recorded)["config"]
     threshold = int(round(config["activation_coverage"] * config["num_clients"]))
-    screener = FedLNS(activation_threshold=threshold, random_state=stream_seed(config["seed"], "screening"),
+    screener = FedLNS.paper(activation_threshold=threshold, random_state=stream_seed(config["seed"], "screening"),
                       retain_rule="guarded", lone_separation=2.0, min_separation=0.5,
                       mixture_solver=config["mixture_solver"])
     expected = []

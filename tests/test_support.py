@@ -5,8 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fedlns_core import FedLNS
-from fedlns_core._screening import SUPPORT_SETTINGS
-from fedlns_core._support import clip_scales, median_support, update_sketch
+from fedlns_core._support import clip_scales, population_groups, update_sketch
 
 P = 1500
 GLOBAL = {"h.0.ln_1.weight": np.ones(16), "h.0.mlp.weight": np.zeros(P)}
@@ -40,7 +39,7 @@ def run(screener, rounds, attackers, seed=0, per_round=10, population=50):
 
 
 def support_screener(**overrides):
-    return FedLNS(**{**SUPPORT_SETTINGS, "activation_threshold": 30, "random_state": 0, **overrides})
+    return FedLNS(**{"activation_threshold": 30, "random_state": 0, **overrides})     # the default rule
 
 
 def test_sketch_estimates_cosines():
@@ -63,17 +62,26 @@ def test_sketch_depends_on_the_seed_only_through_the_signs():
     assert np.allclose(np.sort(np.abs(update_sketch(g, {"a": np.ones(10)}, ["a"], 10, 3)[0])), 1.0)
 
 
-def test_median_support_excludes_the_own_entry_and_gives_zero_to_a_zero_update():
-    bank = np.array([[1.0, 0.0], [1.0, 0.1], [1.0, -0.1], [0.0, 0.0]])
-    support = median_support(bank, bank, np.arange(4))
-    assert support[:3] == pytest.approx([0.995, 0.980, 0.980], abs=0.001)   # medians of (x, y, 0)
-    assert support[3] == 0.0
+def test_population_groups_need_a_majority_and_a_real_separation():
+    rng = np.random.default_rng(0)
+    honest = rng.standard_normal(64)
+    unit = lambda rows: rows / np.linalg.norm(rows, axis=1, keepdims=True)  # noqa: E731
+    clean = unit(honest + 1.5 * rng.standard_normal((30, 64)))
+    groups = population_groups(clean @ clean.T, max_groups=4, separation=0.5)
+    assert groups is None or not groups.separated                            # nobody to reject in clean rounds
+    attack = rng.standard_normal(64)
+    mixed = unit(np.vstack([honest + 1.5 * rng.standard_normal((18, 64)), attack + rng.standard_normal((12, 64))]))
+    groups = population_groups(mixed @ mixed.T, max_groups=4, separation=0.5)
+    assert groups.majority[:18].sum() >= 16 and not groups.majority[18:].any()    # an honest outlier may split off
+    assert np.any(groups.separated, axis=0)[18:].all()
+    halves = unit(np.vstack([honest + 0.5 * rng.standard_normal((15, 64)), attack + 0.5 * rng.standard_normal((15, 64))]))
+    assert population_groups(halves @ halves.T, max_groups=4, separation=0.5) is None   # no majority: no verdict
 
 
 def test_frozen_attackers_are_rejected_where_the_paper_rule_keeps_them():
     attackers = set(range(20))                                   # 40% of 50
     supported = run(support_screener(), 12, attackers)
-    paper = run(FedLNS(activation_threshold=30, random_state=0), 12, attackers)
+    paper = run(FedLNS.paper(activation_threshold=30, random_state=0), 12, attackers)
     tally = {"support": [0, 0, 0, 0], "paper": [0, 0, 0, 0]}      # attackers kept, rejected; honest kept, rejected
     for name, results in (("support", supported), ("paper", paper)):
         for result, clients in results:

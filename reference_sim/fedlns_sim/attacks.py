@@ -33,7 +33,7 @@ Adaptive, against FedLNS (which sees only the normalization parameters):
                     normalization change by ``attack_scale`` (0 = 10), to draw the mixture's second component.
   ``delta_budget``  train on corrupted targets; scale each normalization parameter's change down to the median
                     size of the benign clients' changes of that parameter in the round (omniscient).
-Adaptive, against the support rule (``fedlns_support``; white-box: they know the rule and its settings, see the
+Adaptive, against the support rule (``fedlns_default``; white-box: they know the rule and its settings, see the
 round's benign updates, and ``ipm_search`` runs the server's own step; only the sketch's secret signs are hidden):
   ``norm_noise``    train on corrupted targets; send the global normalization parameters plus noise of the benign
                     changes' scale (per parameter, their root mean square) without the benign drift.

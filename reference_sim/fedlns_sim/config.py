@@ -25,7 +25,7 @@ PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 # Every method, in table order, with its display name.
 METHOD_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
                 "trimmed_mean": "Trimmed", "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS",
-                "fedlns_support": "FedLNS (support)", "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
+                "fedlns_default": "FedLNS (default)", "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
                 "fedlns_median": "FedLNS + Median", "fedlns_norm_bound": "FedLNS + Norm-Bound",
                 "oracle": "Oracle (benign only)"}
 METHODS = tuple(METHOD_NAMES)

@@ -33,23 +33,20 @@ def make_screener(config):
     """The FedLNS screener of a run (None for the other methods)."""
     if not config.method.startswith("fedlns"):
         return None
-    from fedlns_core import FedLNS
+    from fedlns_core import FedLNS, rule_for_round_size
     from fedlns_core.experimental import lora_selector
 
     selector = lora_selector() if config.signature == "lora_stats" else None
+    seed = stream_seed(config.seed, "screening")
+    if config.method == "fedlns_default":   # exactly FedLNS's default, planned from the population size alone
+        return FedLNS.for_federation(config.num_clients, config.clients_per_round, selector=selector,
+                                     random_state=seed)
     settings = dict(selector=selector, activation_threshold=config.activation_threshold,
                     components="two" if config.method == "fedlns_two" else "bic",
-                    mixture_solver=config.mixture_solver, warmup=config.warmup,
-                    random_state=stream_seed(config.seed, "screening"))
-    if config.method == "fedlns_support":   # the support rule; threshold planned for up to 40% malicious, from the
-        from fedlns_core import plan_activation                  # population size alone
-        from fedlns_core._screening import SUPPORT_SETTINGS
-
-        threshold = plan_activation(config.num_clients, 0.4, config.clients_per_round / config.num_clients).threshold
-        return FedLNS(**{**settings, **SUPPORT_SETTINGS, "activation_threshold": threshold, "mixture_solver": "fast"})
-    if config.retain_rule == "for_federation":   # the rule measured best for this round size; the bound only sets
-        return FedLNS.for_federation(config.num_clients, config.clients_per_round, 0.4, **settings)   # a threshold
-    return FedLNS(**settings)                                                     # the paper's rule
+                    mixture_solver=config.mixture_solver, warmup=config.warmup, random_state=seed)
+    if config.retain_rule == "for_federation":   # the paper-family rule measured best for this round size
+        settings.update(rule_for_round_size(config.clients_per_round))
+    return FedLNS.paper(**settings)
 
 
 def baseline_parameters(config, method: str | None = None, n_clients: int | None = None) -> dict:

@@ -46,7 +46,7 @@ def make_aggregator(model, client_ids=None, **kwargs):
     args = types.SimpleNamespace()
     if client_ids is not None:
         args.client_id_list = json.dumps(client_ids)
-    kwargs.setdefault("screener", FedLNS(activation_threshold=10, random_state=0))
+    kwargs.setdefault("screener", FedLNS.paper(activation_threshold=10, random_state=0))
     return FedLNSServerAggregator(model, args, **kwargs)
 
 
@@ -105,7 +105,7 @@ def test_warm_up_holds_the_global_model():
     model = make_model()
     entries, _ = federation(model)
     aggregator = make_aggregator(model, list(range(len(entries))),
-                                 screener=FedLNS(activation_threshold=50, random_state=0))
+                                 screener=FedLNS.paper(activation_threshold=50, random_state=0))
     kept, positions = aggregator.on_before_aggregation(entries)
     assert kept == [] and positions == []
     assert not aggregator.records[-1].screening.active
@@ -248,7 +248,7 @@ def test_decisions_are_logged_and_the_screener_resumes(tmp_path):
     first.on_before_aggregation(entries)
 
     second = make_aggregator(model, client_ids, state_path=state_path, log_path=log_path,
-                             screener=FedLNS(activation_threshold=999))
+                             screener=FedLNS.paper(activation_threshold=999))
     assert second.screener.round_ == 1 and second.screener.activation_threshold == 10
     second.on_before_aggregation(entries)
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
@@ -262,7 +262,7 @@ def test_constructor_rejects_a_missing_screener_and_fhe():
     with pytest.raises(TypeError, match="FedLNS"):
         FedLNSServerAggregator(model, types.SimpleNamespace(), screener=None)
     with pytest.raises(ValueError, match="encrypted"):
-        FedLNSServerAggregator(model, types.SimpleNamespace(enable_fhe=True), screener=FedLNS())
+        FedLNSServerAggregator(model, types.SimpleNamespace(enable_fhe=True), screener=FedLNS.paper())
 
 
 def test_cross_silo_server_aggregator_runs_the_hooks_and_maps_kept_indices_to_edge_ids():
@@ -274,7 +274,7 @@ def test_cross_silo_server_aggregator_runs_the_hooks_and_maps_kept_indices_to_ed
     edge_ids = [40 + 7 * k for k in range(len(entries))]
     args = types.SimpleNamespace(client_id_list=json.dumps(edge_ids), dataset="hand_built",
                                  round_idx=0, comm_round=1, frequency_of_the_test=1)
-    aggregator = FedLNSServerAggregator(model, args, screener=FedLNS(activation_threshold=10, random_state=0))
+    aggregator = FedLNSServerAggregator(model, args, screener=FedLNS.paper(activation_threshold=10, random_state=0))
     server = FedMLAggregator(None, None, 0, {}, {}, {}, len(edge_ids), torch.device("cpu"), args, aggregator)
     Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, edge_ids)
     for sender_id, (sample_num, state) in reversed(list(zip(edge_ids, entries))):   # any arrival order
@@ -375,4 +375,4 @@ def test_constructor_checks_rule_and_paths(tmp_path):
     with pytest.raises(ValueError, match="directory"):
         make_aggregator(model, [1], log_path=tmp_path)
     with pytest.raises(ValueError, match="n_init"):
-        make_aggregator(model, [1], screener=FedLNS(n_init=0))
+        make_aggregator(model, [1], screener=FedLNS.paper(n_init=0))

@@ -106,7 +106,7 @@ def test_sp_simulation_screens_out_the_attackers_once_the_bank_is_active(one_thr
     loss_before = honest_loss(model, dataset[3])
 
     aggregator = FedLNSServerAggregator(
-        model, args, screener=FedLNS(activation_threshold=ACTIVATION, random_state=0))
+        model, args, screener=FedLNS.paper(activation_threshold=ACTIVATION, random_state=0))
     runner = FedMLRunner(args, torch.device("cpu"), dataset, model)
     api = attach_to_sp_fedavg(runner, aggregator)
     globals_after = []
@@ -142,7 +142,7 @@ def test_sp_simulation_screens_out_the_attackers_once_the_bank_is_active(one_thr
 
 def test_attach_refuses_other_simulations_and_a_second_aggregator():
     args, dataset, model = fedml_args(), fedml_dataset(), TinyNextTokenModel()
-    aggregator = FedLNSServerAggregator(model, args, screener=FedLNS(activation_threshold=ACTIVATION))
+    aggregator = FedLNSServerAggregator(model, args, screener=FedLNS.paper(activation_threshold=ACTIVATION))
     runner = FedMLRunner(args, torch.device("cpu"), dataset, model)
     api = attach_to_sp_fedavg(runner.runner, aggregator)             # the simulator works too
     assert api is runner.runner.fl_trainer
