@@ -6,7 +6,8 @@ parameters; the tied ``lm_head.weight`` is left out as in a deduplicated state d
 from what a server holds (global weights, client weights, example counts) to the next global weights:
 
 * baselines: ``apply_update(w, rule(client_updates(w, clients), counts))``, the simulator's path;
-* FedLNS: ``FedLNS(activation_threshold=0).screen(...)`` then ``result.aggregate(w, clients)``;
+* FedLNS: ``FedLNS(activation_threshold=0).screen(...)`` then ``result.aggregate(w, clients)``, for the default
+  rule (update sketches, groups, clipping) and ``FedLNS.paper(...)`` (the mixtures);
 * FedAvg (core): ``fedlns_core.weighted_average``, the averaging FedLNS itself uses, to separate the
   screening overhead from differences between the two averaging codes.
 
@@ -84,12 +85,18 @@ def _baseline(name, **params):
     return step
 
 
-def _fedlns(global_params, clients, counts):
+def _fedlns(global_params, clients, counts, make=None):
     from fedlns_core import FedLNS
 
-    result = FedLNS(activation_threshold=0, random_state=0).screen(global_params, clients, counts)
+    result = (make or FedLNS)(activation_threshold=0, random_state=0).screen(global_params, clients, counts)
     assert result.active
     return result.aggregate(global_params, clients)
+
+
+def _fedlns_paper(global_params, clients, counts):
+    from fedlns_core import FedLNS
+
+    return _fedlns(global_params, clients, counts, FedLNS.paper)
 
 
 def _core_fedavg(global_params, clients, counts):
@@ -108,6 +115,7 @@ METHODS = {
     "Multi-Krum": _baseline("multi_krum", **PAPER["multi_krum"]),
     "FLAME": _baseline("flame", random_state=0),
     "FedLNS": _fedlns,
+    "FedLNS.paper()": _fedlns_paper,
 }
 
 

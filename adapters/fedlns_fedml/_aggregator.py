@@ -316,8 +316,8 @@ class FedLNSServerAggregator(FedLNSAggregatorMixin, DefaultServerAggregator):
     ...     model, args, screener=FedLNS(activation_threshold=10, random_state=0))
     >>> uploads = [(50, model.state_dict()) for _ in range(3)]
     >>> kept, positions = aggregator.on_before_aggregation(uploads)
-    >>> kept, positions                       # the bank (3 of 10 clients) is warming up
-    ([], [])
+    >>> len(kept), positions                  # the bank (3 of 10 clients) is warming up: everyone averaged
+    (3, [0, 1, 2])
     >>> torch.equal(aggregator.aggregate(kept)["fc.weight"], model.state_dict()["fc.weight"])
     True
     >>> aggregator.records[-1].client_ids

@@ -98,7 +98,7 @@ class Config:
     krum_m: int = -1
     flame_noise: float = 0.001
     mixture_solver: str = "sklearn"       # FedLNS's mixtures: sklearn (the reference, as every archived run) | fast
-    retain_rule: str = "paper"            # FedLNS: paper | for_federation (the rule FedLNS.for_federation picks for
+    retain_rule: str = "paper"            # FedLNS: paper | for_federation (the paper-family rule rule_for_round_size gives for
                                           # clients_per_round, docs/rules.md; the activation threshold stays this config's)
     warmup: str = "hold"                  # FedLNS before activation: hold (the paper's eq. skip_update: the global model
                                           # stays) | aggregate (FedAvg over every valid client until screening starts)
