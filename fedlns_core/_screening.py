@@ -468,20 +468,20 @@ class FedLNS:
         sketch_dim = settings["sketch_dim"] if supporting else 0
         norms = {}
         with np.errstate(over="ignore", invalid="ignore"):
-            signatures = np.empty((len(canonical), width + sketch_dim + supporting))
+            signatures = np.empty((len(canonical), width + sketch_dim + 2 * supporting))
             for row, client_id in zip(signatures, canonical):
                 flat_signature(global_params, arrays[client_id], keys, out=row[:width])
             if supporting:
-                signatures[:, width:-1], client_norms = sketch_updates(
+                signatures[:, width:-2], client_norms = sketch_updates(
                     global_params, [arrays[client_id] for client_id in canonical], sorted(global_params),
                     sketch_dim, self._sketch_key())
-                signatures[:, -1] = self.round_
+                signatures[:, -2:] = (self.round_, 0.0)        # round stamp; the score is written once known
                 norms = dict(zip(canonical, client_norms.tolist()))
         finite = np.isfinite(signatures).all(axis=1) & np.isfinite([norms.get(c, 0.0) for c in canonical])
         for client_id in (c for c, ok in zip(canonical, finite) if not ok):
             rejected[client_id] = "invalid: signature overflows float64"
         canonical, signatures = [c for c, ok in zip(canonical, finite) if ok], signatures[finite]
-        layout = (keys + (SKETCH_KEY, ROUND_KEY), shapes + [(sketch_dim,), (1,)]) if supporting else (keys, shapes)
+        layout = (keys + (SKETCH_KEY, ROUND_KEY), shapes + [(sketch_dim,), (2,)]) if supporting else (keys, shapes)
 
         # 3. The bank refresh (eq. bank_refresh) staged, not applied; clients beyond MAX_DEVIATION
         #    against the refreshed reference are rejected and the refresh is redone without them, so
@@ -505,6 +505,13 @@ class FedLNS:
             keep = ~beyond
             canonical, signatures = [c for c, ok in zip(canonical, keep) if ok], signatures[keep]
 
+        scores = deviation_scores(features) if supporting or len(refresh) >= settings["activation_threshold"] \
+            else None                                                            # eq. client_score, (N,)
+        if supporting:      # each banked entry keeps the score it was screened with: the loud test's reference
+            for client_id, score in zip(canonical, scores):
+                slot = refresh.slots.get(client_id)
+                if slot in refresh.writes:
+                    refresh.writes[slot][-1] = score
         round_index = self.round_
         screened = set(canonical)
         valid = [client_id for client_id in valid if client_id in screened]
@@ -519,18 +526,17 @@ class FedLNS:
         else:
             # 4. Scores (eq. client_score) and the retain rule: the mixture (Algorithm BICGMMRetain) or
             #    one of the rules of docs/rules.md, which also read the bank standardized the same way.
-            scores = deviation_scores(features)                               # (N,)
             mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
                            n_init=settings["n_init"], max_iter=settings["max_iter"],
                            solver=settings["mixture_solver"], random_state=self._round_seed(round_index))
             support = {}
             try:
                 if supporting:
-                    bank_rows = refresh._block(slice(0, width + sketch_dim + 1)).T      # (B, D + k + 1)
+                    bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T   # (B, k + 2)
                     own = np.array([refresh.slots.get(client_id, -1) for client_id in canonical])
-                    outcome = support_rule(features, standardize(bank_rows[:, :width], median, mad),
-                                           signatures[:, width:-1], bank_rows[:, width:-1], own,
-                                           bank_rows[:, -1], recent=max(settings["activation_threshold"], 3),
+                    outcome = support_rule(scores, signatures[:, width:-2], bank_rows[:, :-2], own,
+                                           bank_rows[:, -2], bank_rows[:, -1],
+                                           recent=max(settings["activation_threshold"], 3),
                                            max_groups=settings["max_groups"], separation=settings["separation"],
                                            loud_separation=settings["loud_separation"])
                     labels, n_components, bic = (~outcome.retained).astype(int), None, None
@@ -623,6 +629,9 @@ class FedLNS:
         ``ValueError`` names the first bad setting. numpy scalars count as their Python types.
         """
         settings = validate_settings("FedLNS", {name: getattr(self, name) for name in PARAMETER_CONSTRAINTS})
+        if settings["retain_rule"] == "support" and settings["ema"]:
+            raise ValueError(f"retain_rule='support' banks each client's latest update as it is (ema=0), "
+                             f"got ema={settings['ema']}")
         if settings["warmup"] == "screen" and settings["retain_rule"] != "support":
             raise ValueError(f"warmup='screen' needs retain_rule='support' (the others need a full bank), "
                              f"got retain_rule={settings['retain_rule']!r}")

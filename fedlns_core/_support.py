@@ -19,8 +19,8 @@ attacker may hold):
    the entries of a separated group exceeds its mean cosine to ``H``'s. Its *support*, the mean cosine to
    ``H``'s entries other than its own, is reported either way.
 4. **Loud normalization change**: the paper's deviation score ``delta_i`` (eq. ``client_score``) above the
-   bank's scores by more than ``loud_separation`` robust standard deviations (1.4826 MAD) is rejected as
-   *loud*: normalization parameters are a tiny share of an update's norm, so the full-update view cannot see a
+   scores the recent entries were screened with by more than ``loud_separation`` robust standard deviations
+   (1.4826 MAD) is rejected as *loud*: normalization parameters are a tiny share of an update's norm, so the full-update view cannot see a
    blown-up normalization change, and the paper's statistic can.
 
 Why groups and not a threshold on each client's support: measured on recorded rounds (GPT, ``cpu`` preset, 40%
@@ -47,7 +47,6 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from ._robust import deviation_scores
 
 #: Names of the sketch's block and of the round stamp in the bank's layout (they follow the normalization keys).
 SKETCH_KEY = "__fedlns_update_sketch__"
@@ -79,21 +78,27 @@ def update_sketch(global_params: Mapping[str, np.ndarray], client_params: Mappin
 
 def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Mapping[str, np.ndarray]],
                    keys: Sequence[str], dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sketches (N, dim) and update norms (N,) of N clients, each sign drawn once for all of them."""
+    """Sketches (N, dim) and update norms (N,) of N clients, each sign drawn once for all of them.
+
+    Work is done in the parameters' precision (float32 for float32 models, float64 above it) and summed into
+    float64 sketches; one pass of a few vector operations over every update.
+    """
     sketches = np.zeros((len(clients), dim))
     squared = np.zeros(len(clients))
     signs = _SignStream(seed)
     offset = 0
     for key in keys:
         reference = np.asarray(global_params[key]).reshape(-1)
+        dtype = np.result_type(reference.dtype, np.float32) if np.issubdtype(reference.dtype, np.inexact) \
+            else np.dtype(np.float64)
         for start in range(0, reference.size, _CHUNK):
             stop = min(start + _CHUNK, reference.size)
             first = offset + start
-            drawn = signs.take(first, stop - start)
+            drawn = signs.take(first, stop - start).astype(dtype, copy=False)
             for row, client in enumerate(clients):
                 update = np.subtract(np.asarray(client[key]).reshape(-1)[start:stop], reference[start:stop],
-                                     dtype=np.float64)
-                squared[row] += float(update @ update)
+                                     dtype=dtype)
+                squared[row] += float(np.dot(update, update))
                 update *= drawn
                 _fold(update, first % dim, sketches[row])
         offset += reference.size
@@ -122,12 +127,24 @@ class _SignStream:
 
 
 def _fold(values: np.ndarray, shift: int, out: np.ndarray) -> None:
-    """``out[(shift + j) % k] += values[j]`` for every j, by padding and summing rows of length k."""
+    """``out[(shift + j) % k] += values[j]`` for every j: the part up to the next multiple of k, whole rows of k
+    summed as a (rows, k) view, then the rest.
+
+    Examples
+    --------
+    >>> out = np.zeros(3)
+    >>> _fold(np.arange(1.0, 8.0), 2, out)     # positions 2..8 -> buckets 2, 0, 1, 2, 0, 1, 2
+    >>> out.tolist()
+    [7.0, 9.0, 12.0]
+    """
     k = out.size
-    rows = -(-(shift + values.size) // k)
-    padded = np.zeros(rows * k)
-    padded[shift:shift + values.size] = values
-    out += padded.reshape(rows, k).sum(axis=0)
+    head = min((k - shift) % k, values.size)
+    out[shift:shift + head] += values[:head]
+    rows = (values.size - head) // k
+    if rows:
+        out += values[head:head + rows * k].reshape(rows, k).sum(axis=0, dtype=np.float64)
+    tail = values[head + rows * k:]
+    out[:tail.size] += tail
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -199,23 +216,24 @@ class SupportOutcome:
     loud_threshold: float | None          # None where the bank's scores have no spread
 
 
-def support_rule(features: np.ndarray, bank_features: np.ndarray, sketches: np.ndarray,
-                 bank_sketches: np.ndarray, own: np.ndarray, stamps: np.ndarray, *, recent: int,
-                 max_groups: int, separation: float, loud_separation: float) -> SupportOutcome:
+def support_rule(scores: np.ndarray, sketches: np.ndarray, bank_sketches: np.ndarray, own: np.ndarray,
+                 stamps: np.ndarray, bank_scores: np.ndarray, *, recent: int, max_groups: int, separation: float,
+                 loud_separation: float) -> SupportOutcome:
     """Decide a round by the population's groups of full updates and the loud-normalization test.
 
     Parameters
     ----------
-    features, bank_features : (N, D), (B, D)
-        The round's and the bank's normalization signatures standardized against the bank (eq. ``z_full``).
+    scores : (N,)
+        The round's deviation scores ``delta`` (eq. ``client_score``).
     sketches, bank_sketches : (N, k), (B, k)
         Full-update sketches of the round and of the bank.
     own : (N,) int
         Each round client's own row in the bank (left out of its comparisons), -1 where it has none.
-    stamps : (B,)
-        The round each bank entry was last refreshed in; the ``recent`` latest entries are grouped.
+    stamps, bank_scores : (B,), (B,)
+        The round each bank entry was last refreshed in and the score it was screened with; the ``recent``
+        latest entries are grouped, and their scores are the loud test's reference.
     """
-    n = features.shape[0]
+    n = scores.shape[0]
     reasons = [""] * n
     rows = recent_rows(stamps, recent)
     position = np.full(stamps.size, -1)
@@ -242,9 +260,9 @@ def support_rule(features: np.ndarray, bank_features: np.ndarray, sketches: np.n
                                   f"cosine {support[i]:.3g} to the majority's {int(majority.sum())} recent "
                                   f"entries, whose own is {groups.within:.3g})")
                     break
-    scores, bank_scores = deviation_scores(features), deviation_scores(bank_features)
-    centre = float(np.median(bank_scores))
-    spread = 1.4826 * float(np.median(np.abs(bank_scores - centre)))
+    reference = bank_scores[rows][np.isfinite(bank_scores[rows])]
+    centre = float(np.median(reference)) if reference.size else 0.0
+    spread = 1.4826 * float(np.median(np.abs(reference - centre))) if reference.size else 0.0
     loud_threshold = centre + loud_separation * spread if spread > 0 else None
     if loud_threshold is not None:
         for i in np.flatnonzero(scores > loud_threshold):
