@@ -169,6 +169,9 @@ def rule_for_round_size(clients_per_round: int) -> dict[str, Any]:
     return dict(next(rule for largest, rule in RULE_BY_ROUND_SIZE if largest is None or clients_per_round <= largest))
 
 
+#: The quantile of the round's update norms every update is clipped to while everyone is averaged (warm-up).
+WARMUP_CLIP_QUANTILE = 0.25
+
 #: The paper's configuration (``FedLNS.paper()``): its retain rule, its warm-up hold, no clipping.
 PAPER_SETTINGS = dict(retain_rule="paper", warmup="hold", clip=None, activation_threshold=100)
 
@@ -520,7 +523,8 @@ class FedLNS:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
             result = ScreeningResult(active=False, retained=retained, rejected=rejected,
                                      **self._weighting(retained, counts, settings["max_count_ratio"]),
-                                     **self._clipping(retained, arrays, global_params, norms, settings), **common)
+                                     **self._clipping(retained, arrays, global_params, norms, settings, True),
+                                     **common)
         elif not canonical:
             result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
         else:
@@ -590,8 +594,10 @@ class FedLNS:
                 "capped_counts": {c: given[c] for c in retained if used[c] != given[c]}}
 
     @staticmethod
-    def _clipping(retained, arrays, global_params, norms, settings) -> dict[str, dict]:
-        """Clipping factors of the retained updates (``clip="median"``), norms computed where not known."""
+    def _clipping(retained, arrays, global_params, norms, settings, warming_up=False) -> dict[str, dict]:
+        """Clipping factors of the retained updates (``clip="median"``), norms computed where not known. While
+        everyone is averaged (warm-up) the limit is the lower quartile: a round's majority of attackers then
+        cannot set it, unless they are three quarters of the round."""
         if settings["clip"] is None or not retained:
             return {}
         for client_id in retained:
@@ -599,7 +605,7 @@ class FedLNS:
                 norms[client_id] = float(np.sqrt(sum(
                     float(np.square(np.subtract(arrays[client_id][key], value, dtype=np.float64)).sum())
                     for key, value in global_params.items())))
-        return {"clip_scales": clip_scales(norms, retained)}
+        return {"clip_scales": clip_scales(norms, retained, WARMUP_CLIP_QUANTILE if warming_up else 0.5)}
 
     def _sketch_key(self) -> int:
         """The secret seed of the update sketch's signs: from ``random_state``, else drawn once and saved."""

@@ -273,10 +273,11 @@ def support_rule(scores: np.ndarray, sketches: np.ndarray, bank_sketches: np.nda
     return SupportOutcome(retained, tuple(reasons), support, groups, loud_threshold)
 
 
-def clip_scales(norms: Mapping, retained: Sequence) -> dict:
-    """Bounded influence: each retained update scaled to at most the retained clients' median norm."""
+def clip_scales(norms: Mapping, retained: Sequence, quantile: float = 0.5) -> dict:
+    """Bounded influence: each retained update scaled to at most the ``quantile`` of the retained norms (the median
+    by default)."""
     if not retained:
         return {}
-    limit = float(np.median([norms[client_id] for client_id in retained]))
+    limit = float(np.quantile([norms[client_id] for client_id in retained], quantile))
     return {client_id: (min(1.0, limit / norms[client_id]) if norms[client_id] > 0 else 1.0)
             for client_id in retained}
