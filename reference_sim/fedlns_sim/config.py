@@ -41,6 +41,13 @@ ATTACK_NAMES = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussi
 REFERENCES = ("oracle",)
 PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)
 PAPER_SEEDS = (100, 200, 300)
+# Config fields that may differ between a run and its resume (machine choices, not the experiment).
+MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
+
+
+def experiment_fields(config_dict: dict) -> dict:
+    """The config without the machine keys: what must match for two folders to hold the same run."""
+    return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -151,8 +158,6 @@ class Config:
         >>> Config(attack="alie").run_name()[:40]
         'gpt-iid-mal40-fedlns-act50-seed100-alie-'
         """
-        from .runfiles import experiment_fields   # one list of the machine keys, shared with resume
-
         defaults = Config().to_dict()
         changed = {k: v for k, v in experiment_fields(self.to_dict()).items() if v != defaults[k]}
         digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]

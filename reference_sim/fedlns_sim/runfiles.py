@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-# Config fields that may differ between a run and its resume (machine choices, not the experiment).
-MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
+from .config import Config, experiment_fields
+
 # Source packages whose code decides a run's numbers; the simulator's reporting modules read run files and never
 # change a number in them, so editing them does not make earlier runs "other code".
 _CODE_PACKAGES = ("fedlns_core", "fedlns_torch", "fedlns_sim")
@@ -146,19 +146,12 @@ def keep_records_until(run_dir: Path, last_round: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------ config and state
 
-def experiment_fields(config_dict: dict) -> dict:
-    """The config without the machine keys: what must match for two folders to hold the same run."""
-    return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS}
-
-
 def check_same_run(run_dir: Path, config_dict: dict, data_source: str | None = None) -> None:
     """Raise if ``run_dir`` holds a run of another config (or, given ``data_source``, of other data)."""
     stored = read_meta(run_dir)
     if stored is None:
         return
-    from .config import Config   # a setting added after the run was made counts at its default
-
-    previous = {**Config().to_dict(), **stored["config"]}
+    previous = {**Config().to_dict(), **stored["config"]}   # a setting added since the run counts at its default
     if experiment_fields(previous) != experiment_fields(config_dict):
         changed = sorted(k for k in experiment_fields(config_dict) if previous.get(k) != config_dict.get(k))
         raise RuntimeError(f"{run_dir} holds a run with a different config ({', '.join(changed) or 'keys'}); "
