@@ -14,7 +14,8 @@ from fedlns_torch._convert import (
     tensor_to_numpy,
     tied_keys,
 )
-from fedlns_torch._norms import FrozenNormError, norm_parameter_names, norm_selector
+from fedlns_torch._norm_layers import FrozenNormError
+from fedlns_torch._norms import norm_parameter_names, norm_selector
 from fedlns_torch._peft import (
     is_peft_model,
     load_numpy_into_peft_model,

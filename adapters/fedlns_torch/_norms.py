@@ -4,37 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-# Norm classes torch itself ships. Architecture-specific classes (LlamaRMSNorm,
-# T5LayerNorm, GemmaRMSNorm, ...) subclass nn.Module directly, so they are found by
-# class name instead (see _is_norm_module).
-_TORCH_NORM_TYPES: tuple[type, ...] = (
-    nn.LayerNorm,
-    nn.GroupNorm,
-    nn.LocalResponseNorm,
-    nn.modules.batchnorm._NormBase,  # BatchNorm*, InstanceNorm*, SyncBatchNorm
-)
-if hasattr(nn, "RMSNorm"):  # torch >= 2.4
-    _TORCH_NORM_TYPES += (nn.RMSNorm,)
-
-_NORM_NAME_SUFFIXES = ("Norm", "RMSNorm", "LayerNorm", "LayerNormalization")
-
-
-class FrozenNormError(ValueError):
-    """The model has normalization layers, but none of their parameters train.
-
-    FedLNS reads the change of normalization parameters between the global and the
-    local model; frozen norms (the default in LoRA fine-tuning) never change, so the
-    signature would be empty.
-    """
-
-
-def _is_norm_module(module: nn.Module) -> bool:
-    """True for torch norm layers and for any class in the MRO named like a norm layer."""
-    if isinstance(module, _TORCH_NORM_TYPES):
-        return True
-    return any(
-        cls.__name__.endswith(_NORM_NAME_SUFFIXES) for cls in type(module).__mro__
-    )
+from fedlns_torch import _peft
+from fedlns_torch._norm_layers import FrozenNormError, _is_norm_module
 
 
 def _norm_parameters(model: nn.Module):
@@ -95,8 +66,6 @@ def norm_parameter_names(model: nn.Module, *, trainable_only: bool = True) -> tu
         for name, parameter in _norm_parameters(model)
         if parameter.requires_grad or not trainable_only
     )
-    from fedlns_torch import _peft  # imports peft only for a model that peft built
-
     if _peft.is_peft_model(model):
         payload_keys = _peft.payload_keys_of(model, names)
         return tuple(payload_keys[name] for name in names if name in payload_keys)

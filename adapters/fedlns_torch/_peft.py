@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fedlns_torch._convert import _check_arrays, _new_tensors, _storage_key, state_dict_to_numpy
-from fedlns_torch._norms import FrozenNormError, _is_norm_module
+from fedlns_torch._norm_layers import FrozenNormError, _is_norm_module
 
 
 def is_peft_model(model) -> bool:
