@@ -11,7 +11,7 @@ from fedlns_sim.config import make_config  # noqa: E402
 from fedlns_sim.data import IGNORE, causal_targets  # noqa: E402
 from fedlns_sim.metrics import (detection_counts, evaluate, perplexity, token_entropy,  # noqa: E402
                                 unigram_perplexity)
-from fedlns_sim.stats import auc, best_checkpoint, detection_rates, recovery, t_interval  # noqa: E402
+from fedlns_sim.report.stats import auc, best_checkpoint, detection_rates, recovery, t_interval  # noqa: E402
 from fedlns_sim.models import build_model  # noqa: E402
 
 

@@ -1,17 +1,22 @@
 """Reports of fedlns_sim are made from run files only: best checkpoint per seed, mean and sample std."""
 
+import importlib
 import json
 import math
+import shutil
+import types
+from pathlib import Path
 
 import numpy as np
 
 import pytest
 
 pytest.importorskip("torch")
+from fedlns_sim import runfiles  # noqa: E402
 from fedlns_sim.config import make_config  # noqa: E402
 from fedlns_sim.report import (MixedCodeError, clean_cost_rows, fraction_tables, load_runs,  # noqa: E402
                                paired_rows, recovery_rows, to_latex, to_markdown, write_report)
-from fedlns_sim.stats import mean_std  # noqa: E402
+from fedlns_sim.report.stats import mean_std  # noqa: E402
 
 
 def _fake_run(root, method, seed, losses, entropies, fraction=0.4, code="abc", unigram=None, extra=None,
@@ -160,6 +165,24 @@ def test_report_refuses_runs_of_different_code(tmp_path):
         write_report(tmp_path, tmp_path / "report")
     result = write_report(tmp_path, tmp_path / "report", plots=False, allow_mixed_code=True)
     assert "several versions" in result["tables"].read_text()
+
+
+def test_the_code_a_run_records_leaves_the_report_out(tmp_path, monkeypatch):
+    """Editing the report package or the command line does not make earlier runs other code; the round loop does."""
+    packages = {}
+    for name in ("fedlns_core", "fedlns_torch", "fedlns_sim"):
+        shutil.copytree(Path(importlib.import_module(name).__file__).parent, tmp_path / name)
+        packages[name] = types.SimpleNamespace(__file__=str(tmp_path / name / "__init__.py"), __version__="0")
+    monkeypatch.setattr(importlib, "import_module", packages.__getitem__)
+
+    def source_after(edit):
+        with open(tmp_path / edit, "a") as handle:
+            handle.write("# edited\n")
+        return runfiles.code_identity()["source"]
+
+    made_by = runfiles.code_identity()["source"]
+    assert source_after("fedlns_sim/report/plots.py") == source_after("fedlns_sim/cli.py") == made_by
+    assert source_after("fedlns_sim/run.py") != made_by
 
 
 def test_report_names_the_machines_the_runs_were_made_on(tmp_path):

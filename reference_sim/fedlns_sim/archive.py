@@ -144,7 +144,7 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
 def closeness(expected: list[dict], actual: list[dict]) -> dict:
     """How far a re-run is from its archive: the largest relative difference of the evaluation loss over the
     rounds, the rounds whose kept/rejected labels differ, and the best and last-10 perplexity of each."""
-    from .stats import best_checkpoint, finite_loss, last10_loss, perplexity
+    from .report.stats import best_checkpoint, finite_loss, last10_loss, perplexity
 
     pairs = [(old, new) for old, new in zip(expected, actual) if old.get("round") == new.get("round")]
     loss = [abs(new["eval_loss"] - old["eval_loss"]) / abs(old["eval_loss"]) for old, new in pairs

@@ -119,7 +119,7 @@ def summarize(decisions: list[dict]) -> dict:
 def round_facts(run_dir: Path) -> list[dict]:
     """Per active round of a FedLNS run, from its records: attackers in the round, whether the mixture kept the
     wrong side, whether a split isolated one client, the bank's median entry age, and the round's AUC of delta."""
-    from .stats import auc
+    from .report.stats import auc
 
     facts = []
     for r in read_records(run_dir):

@@ -25,10 +25,10 @@ import numpy as np
 
 from .config import Config, experiment_fields
 
-# Source packages whose code decides a run's numbers; the simulator's reporting modules read run files and never
-# change a number in them, so editing them does not make earlier runs "other code".
+# Source packages whose code decides a run's numbers; the simulator's reporting modules (and the report package)
+# read run files and never change a number in them, so editing them does not make earlier runs "other code".
 _CODE_PACKAGES = ("fedlns_core", "fedlns_torch", "fedlns_sim")
-_READS_RUN_FILES_ONLY = {"fedlns_sim": ("archive.py", "cli.py", "plots.py", "report.py", "stats.py", "sweep.py")}
+_READS_RUN_FILES_ONLY = {"fedlns_sim": ("archive.py", "cli.py", "report", "sweep.py")}
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -79,7 +79,7 @@ def code_identity() -> dict:
     roots = [Path(importlib.import_module(name).__file__).parent for name in _CODE_PACKAGES]
     for name, root in zip(_CODE_PACKAGES, roots):
         for path in sorted(root.rglob("*.py")):
-            if path.name in _READS_RUN_FILES_ONLY.get(name, ()) and path.parent == root:
+            if path.relative_to(root).parts[0] in _READS_RUN_FILES_ONLY.get(name, ()):
                 continue
             digest.update(f"{name}/{path.relative_to(root).as_posix()}\n".encode())
             digest.update(path.read_bytes())

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import FAMILIES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
-from .report import family_label, main_runs, sweep_seeds
+from ..config import ATTACK_NAMES, FAMILIES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
+from . import family_label, main_runs, sweep_seeds
 from .stats import detection_rates, mean_std
 
 REFERENCE_STYLE = {"clean": dict(color="black", linestyle="--", label="Clean (FedAvg, 0%)"),
@@ -207,8 +207,6 @@ def plot_attack_matrix(cells: list[dict], path: Path) -> Path:
     averaging the benign clients only. Defined for every cell, unlike the recovery, which needs the attack to
     have harmed FedAvg; the backdoor's cells also carry its success rate, which perplexity does not show."""
     import matplotlib.pyplot as plt
-
-    from .config import ATTACK_NAMES
 
     panels = sorted({(c["family"], c["partition"], c["fraction"]) for c in cells},
                     key=lambda p: (FAMILIES.index(p[0]), PARTITIONS.index(p[1]), p[2]))

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import (ATTACK_NAMES, BASELINES, CORPUS_NAMES, FAMILIES, FAMILY_CORPUS, FAMILY_NAMES, METHOD_NAMES,
+from ..config import (ATTACK_NAMES, BASELINES, CORPUS_NAMES, FAMILIES, FAMILY_CORPUS, FAMILY_NAMES, METHOD_NAMES,
                      METHODS, PARTITION_NAMES, PARTITIONS)
-from .runfiles import read_records
+from ..runfiles import read_records
 from .stats import (auc, best_checkpoint, detection_rates, finite_loss, last10_loss, mean_std, perplexity,
                     recovery, t_interval)
 
