@@ -3,7 +3,7 @@
 Modules, in reading order: ``config`` (one dataclass, the presets and the registry of names), ``seeds`` (named
 random streams), ``data``, ``partitions``, ``attacks``, ``models``, ``client`` (one function trains one client),
 ``methods`` (the server step), ``metrics``, ``run`` (the round loop) and ``runfiles`` (what a run writes); then
-``sweep``, ``stats``, ``report``, ``plots``, ``archive`` (archive and verify), ``replay`` and ``cli``. The baseline
+``sweep``, ``report`` (tables and plots), ``archive`` (archive and verify), ``replay`` and ``cli``. The baseline
 rules live in ``aggregators``. Only ``run`` and what it trains with need torch: reports read run files anywhere.
 """
 

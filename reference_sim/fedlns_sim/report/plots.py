@@ -1,4 +1,4 @@
-"""PNG plots of a report, from run summaries (``report.load_runs``): one legend per figure, references drawn as
+"""PNG plots of a report, from run summaries (:func:`.load.load_runs`): one legend per figure, references drawn as
 lines, error bars only where there are several seeds, and an axis that does not start at zero says so."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ATTACK_NAMES, FAMILIES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
-from . import family_label, main_runs, sweep_seeds
+from .compare import main_runs, sweep_seeds
+from .load import family_label
 from .stats import detection_rates, mean_std
 
 REFERENCE_STYLE = {"clean": dict(color="black", linestyle="--", label="Clean (FedAvg, 0%)"),
