@@ -5,7 +5,8 @@ One round: N = 20 clients, each returning the 148 named float32 arrays of the pa
 parameters; the tied ``lm_head.weight`` is left out as in a deduplicated state dict). Every method goes
 from what a server holds (global weights, client weights, example counts) to the next global weights:
 
-* baselines: ``apply_update(w, rule(client_updates(w, clients), counts))``, the simulator's path;
+* baselines: ``apply_update(w, rule(client_updates(w, clients), counts))``, the simulator's path
+  (``fedlns_sim.baselines``, then ``fedlns_core.apply_update``);
 * FedLNS: ``FedLNS(activation_threshold=0).screen(...)`` then ``result.aggregate(w, clients)``, for the default
   rule (update sketches, groups, clipping) and ``FedLNS.paper(...)`` (the mixtures);
 * FedAvg (core): ``fedlns_core.weighted_average``, the averaging FedLNS itself uses, to separate the
@@ -35,7 +36,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fedlns_sim.aggregators import apply_update, client_updates, make_aggregator, paper_parameters
+from fedlns_core import apply_update
+from fedlns_sim.baselines import client_updates, make_aggregator, paper_parameters
 
 N_CLIENTS = 20
 N_MALICIOUS = 8  # 40%, the paper's strongest attack

@@ -5,7 +5,7 @@ Flower, FedML or transformers; the adapters in ``fedlns_torch``, ``fedlns_flower
 translate those frameworks' objects.
 """
 
-from ._aggregate import AggregationRule, weighted_average
+from ._aggregate import AggregationRule, apply_update, weighted_average
 from ._bank import HistoryBank
 from ._journal import ScreeningJournal
 from ._mixture import MixtureDecision, bic_gmm_retain
@@ -30,6 +30,7 @@ __all__ = [
     "ParamDict",
     "ScreeningJournal",
     "ScreeningResult",
+    "apply_update",
     "bic_gmm_retain",
     "deviation_scores",
     "escape_text",

@@ -134,14 +134,42 @@ def apply_rule(global_params: ParamDict, client_params: Mapping[ClientId, ParamD
             if scale != 1.0:
                 update *= scale
             updates[client_id][key] = update
-    combined = rule(updates, dict(num_examples))
-    if not isinstance(combined, Mapping) or set(combined) != set(global_params):
-        raise ValueError("the aggregation rule must return a mapping with exactly the global model's keys")
+    return _add_update(global_params, rule(updates, dict(num_examples)))
+
+
+def apply_update(global_params: ParamDict, update: ParamDict) -> dict[str, np.ndarray]:
+    """``w + u``: the next global model from one combined update ``u`` (what an aggregation rule returns).
+
+    Parameters
+    ----------
+    global_params : mapping of str to ndarray
+        The global model ``w_t``.
+    update : mapping of str to ndarray
+        The combined update, with exactly the global model's keys and shapes.
+
+    Returns
+    -------
+    dict of str to ndarray
+        New arrays, each with the dtype of the global parameter: the sum is taken in the global
+        parameter's floating dtype (float32 at least) and integers are rounded.
+
+    Examples
+    --------
+    >>> g = {"w": np.array([1.0, 2.0], np.float32)}
+    >>> apply_update(g, {"w": np.array([0.5, -1.0])})
+    {'w': array([1.5, 1. ], dtype=float32)}
+    """
+    return _add_update(check_global_params(global_params), update)
+
+
+def _add_update(global_params: dict[str, np.ndarray], update: ParamDict) -> dict[str, np.ndarray]:
+    """:func:`apply_update` on a global model already checked."""
+    if not isinstance(update, Mapping) or set(update) != set(global_params):
+        raise ValueError("the update must be a mapping with exactly the global model's keys")
     out = {}
     for key, reference in global_params.items():
-        update = np.asarray(combined[key])
-        if update.shape != reference.shape:
-            raise ValueError(f"the aggregation rule returned shape {update.shape} for {key!r}, "
-                             f"expected {reference.shape}")
-        out[key] = _cast_like(reference + update.astype(_compute_dtype(reference.dtype), copy=False), reference)
+        value = np.asarray(update[key])
+        if value.shape != reference.shape:
+            raise ValueError(f"the update has shape {value.shape} for {key!r}, expected {reference.shape}")
+        out[key] = _cast_like(reference + value.astype(_compute_dtype(reference.dtype), copy=False), reference)
     return out

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from fedlns_core import weighted_average
+from fedlns_core import apply_update, weighted_average
 
 values = arrays(np.float64, (3,), elements=st.floats(-1e3, 1e3, allow_nan=False))
 
@@ -53,3 +53,16 @@ def test_shape_and_key_mismatch_and_bad_global():
         weighted_average({"w": np.zeros(1)}, {"a": {}}, {"a": 1})
     with pytest.raises(ValueError, match="non-finite"):
         weighted_average({"w": np.array([np.nan])}, {"a": {"w": np.ones(1)}}, {"a": 1})
+
+
+def test_apply_update_adds_in_the_global_dtype_and_checks_keys_and_shapes():
+    g = {"f": np.array([1.0, 2.0], np.float32), "i": np.array([10, 20])}
+    out = apply_update(g, {"f": np.array([0.25, -1.0]), "i": np.array([0.5, 1.6])})
+    assert out["f"].dtype == np.float32 and out["i"].dtype == g["i"].dtype
+    np.testing.assert_array_equal(out["f"], [1.25, 1.0])
+    np.testing.assert_array_equal(out["i"], [10, 22])      # 10.5 rounds half to even
+    assert out["f"] is not g["f"]
+    with pytest.raises(ValueError, match="exactly the global model's keys"):
+        apply_update(g, {"f": np.zeros(2)})
+    with pytest.raises(ValueError, match=r"shape \(3,\) for 'f', expected \(2,\)"):
+        apply_update(g, {"f": np.zeros(3), "i": np.zeros(2)})

@@ -1,4 +1,4 @@
-"""Tests for fedlns_sim.aggregators: hand-computed cases, independent implementations
+"""Tests for fedlns_sim.baselines: hand-computed cases, independent implementations
 (Flower's server-side helpers, scikit-learn's HDBSCAN, brute-force loops) and properties."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fedlns_sim import aggregators as agg
-from fedlns_sim.aggregators import (
-    AGGREGATOR_NAMES, apply_update, client_updates, coordinate_median, fedavg, flame,
-    make_aggregator, multi_krum, norm_bounded_fedavg, paper_parameters, trimmed_count,
-    trimmed_mean)
+from fedlns_core import apply_update
+from fedlns_sim.baselines import (
+    AGGREGATOR_NAMES, AggregationResult, ClientDeltas, client_updates, coordinate_median, fedavg, flame,
+    make_aggregator, multi_krum, norm_bounded_fedavg, paper_parameters, trimmed_count, trimmed_mean)
+from fedlns_sim.baselines import _stack
+from fedlns_sim.baselines._flame import cosine_distances, largest_cluster
 
 SHAPES = {"h.0.ln_1.weight": (4,), "h.0.attn.c_attn.weight": (4, 3), "wte.weight": (5, 4)}
 
@@ -56,7 +57,7 @@ def test_norm_bounded_fixed_bound_and_median_default():
     out = norm_bounded_fedavg(updates, {0: 1, 1: 1, 2: 2}, bound=2.0)
     # client 0 scaled by 2/5; weights 1/4, 1/4, 2/4
     np.testing.assert_allclose(out["w"], [0.25 * 1.2, 0.25 * 1.6 + 0.25 * 1.0])
-    result = make_aggregator("norm_bounded_fedavg").run(updates, {0: 1, 1: 1, 2: 2})
+    result = make_aggregator("norm_bounded_fedavg")(updates, {0: 1, 1: 1, 2: 2})
     assert result.details["bound"] == pytest.approx(1.0)  # median of (5, 1, 0)
     assert result.details["factors"] == {0: pytest.approx(0.2), 1: 1.0, 2: 1.0}
     np.testing.assert_allclose(result.update["w"], [0.25 * 0.6, 0.25 * 0.8 + 0.25])
@@ -99,7 +100,7 @@ def test_trimmed_count_rounding():
 
 def test_multi_krum_hand_computed_scores_and_selection():
     updates = one_key([[0.0], [1.0], [2.0], [30.0]])
-    result = make_aggregator("multi_krum", f=1, m=3).run(updates, ones(updates))
+    result = make_aggregator("multi_krum", f=1, m=3)(updates, ones(updates))
     # n - f - 2 = 1 nearest other: 1, 1, 1, 28^2
     assert result.details["scores"] == {0: 1.0, 1: 1.0, 2: 1.0, 3: 784.0}
     assert result.kept == (0, 1, 2) and result.rejected == (3,) and result.selects_clients
@@ -111,10 +112,10 @@ def test_multi_krum_hand_computed_scores_and_selection():
 
 def test_multi_krum_small_rounds_and_ties():
     # one client: kept alone; m larger than n keeps everyone
-    single = make_aggregator("multi_krum", f=8, m=12).run(one_key([[2.0]]), {0: 1})
+    single = make_aggregator("multi_krum", f=8, m=12)(one_key([[2.0]]), {0: 1})
     assert single.kept == (0,)
     np.testing.assert_allclose(single.update["w"], [2.0])
-    tied = make_aggregator("multi_krum", f=0, m=1).run(one_key([[1.0], [-1.0]]), {0: 1, 1: 1})
+    tied = make_aggregator("multi_krum", f=0, m=1)(one_key([[1.0], [-1.0]]), {0: 1, 1: 1})
     assert tied.kept == (0,)  # equal scores: input order decides
     assert tied.details["neighbours"] == 1
 
@@ -141,7 +142,7 @@ def two_groups(n_major, n_minor, dim=40, seed=0):
 
 def test_flame_keeps_majority_clips_and_averages_without_noise():
     updates, _ = two_groups(7, 3)
-    result = make_aggregator("flame", noise_scale=0.0).run(updates, ones(updates))
+    result = make_aggregator("flame", noise_scale=0.0)(updates, ones(updates))
     # HDBSCAN may call a benign straggler noise too, but never keeps the minority direction
     assert len(result.kept) >= 5 and all(cid.startswith("b") for cid in result.kept)
     assert {"m0", "m1", "m2"} <= set(result.rejected) and result.selects_clients
@@ -157,7 +158,7 @@ def test_flame_keeps_majority_clips_and_averages_without_noise():
 def test_flame_noise_scale_and_seed():
     updates, _ = two_groups(7, 3)
     clean = flame(updates, ones(updates), noise_scale=0.0)["w"]
-    noisy = make_aggregator("flame", random_state=5).run(updates, ones(updates))
+    noisy = make_aggregator("flame", random_state=5)(updates, ones(updates))
     again = flame(updates, ones(updates), random_state=5)["w"]
     other = flame(updates, ones(updates), random_state=6)["w"]
     np.testing.assert_array_equal(noisy.update["w"], again)
@@ -171,19 +172,19 @@ def test_flame_noise_scale_and_seed():
 def test_flame_fallbacks_and_tiny_rounds():
     # mutually orthogonal updates are all equally far apart: one cluster of everyone
     updates = one_key(np.eye(4) * [1.0, 2.0, 3.0, 4.0])
-    result = make_aggregator("flame", noise_scale=0.0).run(updates, ones(updates))
+    result = make_aggregator("flame", noise_scale=0.0)(updates, ones(updates))
     assert result.kept == (0, 1, 2, 3)
     np.testing.assert_allclose(result.update["w"], [0.25, 0.25 * 2.0, 0.25 * 2.5, 0.25 * 2.5])
     # all noise keeps everyone; otherwise the largest cluster, ties to the smaller label
-    assert agg._largest_cluster(np.array([-1, -1, -1])).tolist() == [0, 1, 2]
-    assert agg._largest_cluster(np.array([1, 0, 1, -1, 0])).tolist() == [1, 4]  # tie: label 0
-    single = make_aggregator("flame", noise_scale=0.0).run(one_key([[3.0, 4.0]]), {0: 1})
+    assert largest_cluster(np.array([-1, -1, -1])).tolist() == [0, 1, 2]
+    assert largest_cluster(np.array([1, 0, 1, -1, 0])).tolist() == [1, 4]  # tie: label 0
+    single = make_aggregator("flame", noise_scale=0.0)(one_key([[3.0, 4.0]]), {0: 1})
     assert single.kept == (0,)
     np.testing.assert_allclose(single.update["w"], [3.0, 4.0])
 
 
 def test_cosine_distance_of_a_zero_update_is_one():
-    distances = agg._cosine_distances(np.array([[0.0, 0.0], [0.0, 4.0]]))
+    distances = cosine_distances(np.array([[0.0, 0.0], [0.0, 4.0]]))
     np.testing.assert_array_equal(distances, [[0.0, 1.0], [1.0, 0.0]])
 
 
@@ -230,6 +231,25 @@ def test_registry_and_factory():
         np.testing.assert_array_equal(value, trimmed_mean(updates, trim_fraction=0.2)[key])
 
 
+def test_registry_lists_exactly_each_rules_keyword_parameters():
+    import inspect
+
+    from fedlns_sim.baselines._registry import _RULES
+
+    for name, entry in _RULES.items():
+        keywords = [p for p in inspect.signature(entry.rule).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        assert list(entry.required) == [p.name for p in keywords if p.default is p.empty], name
+        assert [*entry.optional, "check_finite"] == [p.name for p in keywords if p.default is not p.empty], name
+
+
+def test_a_result_reads_as_its_update():
+    updates = random_updates(3)
+    result = fedavg(updates, ones(updates))
+    assert isinstance(result, AggregationResult) and list(result) == list(SHAPES) and len(result) == 3
+    assert all(result[key] is result.update[key] for key in SHAPES)
+    assert result.kept == ("c0", "c1", "c2") and result.rejected == () and not result.selects_clients
+
+
 def test_paper_parameters_match_the_table():
     table = {0.0: (0.0, 0, 20), 0.1: (0.1, 2, 18), 0.2: (0.2, 4, 16), 0.3: (0.3, 6, 14), 0.4: (0.4, 8, 12)}
     for fraction, (trim, f, m) in table.items():
@@ -250,8 +270,8 @@ def test_inputs_are_not_mutated_and_helpers_round_trip():
         params = {"trimmed_mean": {"trim_fraction": 0.25}, "multi_krum": {"f": 1, "m": 2},
                   "flame": {"random_state": 0}}.get(name, {})
         snapshot = copy.deepcopy(updates)
-        make_aggregator(name, **params).run(updates, ones(updates))
-        make_aggregator(name, **params).run(client_updates(global_params, clients), ones(updates))
+        make_aggregator(name, **params)(updates, ones(updates))
+        make_aggregator(name, **params)(client_updates(global_params, clients), ones(updates))
         for cid in updates:
             for key in updates[cid]:
                 np.testing.assert_array_equal(updates[cid][key], snapshot[cid][key])
@@ -266,21 +286,21 @@ def test_inputs_are_not_mutated_and_helpers_round_trip():
         client_updates(global_params, {"c1": {**clients["c1"], "wte.weight": np.zeros(3)}})
 
 
-@pytest.mark.parametrize("block_columns", [7, agg.BLOCK_COLUMNS])
+@pytest.mark.parametrize("block_columns", [7, _stack.BLOCK_COLUMNS])
 def test_delta_view_matches_materialised_updates(monkeypatch, block_columns):
-    monkeypatch.setattr(agg, "BLOCK_COLUMNS", block_columns)
+    monkeypatch.setattr(_stack, "BLOCK_COLUMNS", block_columns)
     rng = np.random.default_rng(2)
     global_params = {key: rng.standard_normal(shape).astype(np.float32) for key, shape in SHAPES.items()}
     clients = {cid: {k: global_params[k] + v for k, v in u.items()} for cid, u in random_updates(7).items()}
     clients["c3"]["extra.buffer"] = np.zeros(2)  # keys the global model lacks are ignored
     view = client_updates(global_params, clients)
-    assert isinstance(view, agg.ClientDeltas) and list(view) == list(clients) and len(view) == 7
+    assert isinstance(view, ClientDeltas) and list(view) == list(clients) and len(view) == 7
     assert list(view["c3"]) == list(global_params)
     materialised = {cid: view[cid] for cid in view}
     counts = {cid: 3.0 + i for i, cid in enumerate(clients)}
     for name, params in RULES.items():
-        streamed = make_aggregator(name, **params).run(view, counts)
-        direct = make_aggregator(name, **params).run(materialised, counts)
+        streamed = make_aggregator(name, **params)(view, counts)
+        direct = make_aggregator(name, **params)(materialised, counts)
         assert streamed.kept == direct.kept
         for key in global_params:
             assert streamed.update[key].dtype == np.float32
@@ -294,14 +314,14 @@ def test_delta_view_matches_materialised_updates(monkeypatch, block_columns):
 
 def test_streaming_over_several_blocks(monkeypatch):
     # keys larger than one block must give the same answers as one-shot numpy
-    monkeypatch.setattr(agg, "BLOCK_COLUMNS", 7)
+    monkeypatch.setattr(_stack, "BLOCK_COLUMNS", 7)
     updates = random_updates(6, seed=3)
     stacked = np.stack([flat(u) for u in updates.values()]).astype(np.float64)
     np.testing.assert_allclose(flat(coordinate_median(updates)), np.median(stacked, axis=0), rtol=1e-6)
     counts = {cid: float(i + 1) for i, cid in enumerate(updates)}
     weights = np.arange(1, 7) / 21
     np.testing.assert_allclose(flat(fedavg(updates, counts)), weights @ stacked, rtol=1e-6)
-    scores = make_aggregator("multi_krum", f=1, m=3).run(updates, counts).details["scores"]
+    scores = make_aggregator("multi_krum", f=1, m=3)(updates, counts).details["scores"]
     brute = brute_force_krum_scores(stacked, f=1)
     np.testing.assert_allclose(list(scores.values()), brute, rtol=1e-9)
 
@@ -375,7 +395,7 @@ def test_multi_krum_matches_flower(fraction):
         updates[cid]["w"] = updates[cid]["w"] * (1 + 0.01 * i)
     counts = {cid: 5 + i for i, cid in enumerate(updates)}
     params = paper_parameters(fraction)["multi_krum"]
-    result = make_aggregator("multi_krum", weighted=True, **params).run(updates, counts)
+    result = make_aggregator("multi_krum", weighted=True, **params)(updates, counts)
     # Flower's legacy helper: selection then sample-weighted average
     legacy = aggregate_krum(flower_results(updates, counts), num_malicious=params["f"], to_keep=params["m"])
     np.testing.assert_allclose(result.update["w"], legacy[0], rtol=1e-9)
@@ -406,7 +426,7 @@ def test_flame_clustering_matches_sklearn_hdbscan(seed):
     else:
         biggest = np.bincount(labels[labels >= 0]).argmax()
         expected = {cid for cid, label in zip(updates, labels) if label == biggest}
-    result = make_aggregator("flame", random_state=0).run(updates, ones(updates))
+    result = make_aggregator("flame", random_state=0)(updates, ones(updates))
     assert set(result.kept) == expected
     if seed == 0:
         assert len(expected) >= 10 and all(cid.startswith("b") for cid in expected)
@@ -479,8 +499,8 @@ def test_client_order_does_not_matter_for_selecting_rules(n_clients, seed, rando
     random.shuffle(order)
     shuffled = {cid: updates[cid] for cid in order}
     for name in ("multi_krum", "flame"):
-        first = make_aggregator(name, **RULES[name]).run(updates, ones(updates))
-        second = make_aggregator(name, **RULES[name]).run(shuffled, ones(updates))
+        first = make_aggregator(name, **RULES[name])(updates, ones(updates))
+        second = make_aggregator(name, **RULES[name])(shuffled, ones(updates))
         assert set(first.kept) == set(second.kept)
         for key in first.update:
             np.testing.assert_allclose(first.update[key], second.update[key], rtol=1e-9, atol=1e-12)

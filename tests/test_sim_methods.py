@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-from fedlns_sim.aggregators import client_updates, coordinate_median, multi_krum  # noqa: E402
+from fedlns_sim.baselines import client_updates, coordinate_median, multi_krum  # noqa: E402
 from fedlns_sim.config import COMPOSED, make_config  # noqa: E402
 from fedlns_sim.methods import aggregate_round, make_screener  # noqa: E402
 

@@ -4,7 +4,8 @@ Modules, in reading order: ``config`` (one dataclass, the presets and the regist
 random streams), ``data``, ``partitions``, ``attacks``, ``models``, ``client`` (one function trains one client),
 ``methods`` (the server step), ``metrics``, ``run`` (the round loop) and ``runfiles`` (what a run writes); then
 ``sweep``, ``report`` (tables and plots), ``archive`` (archive and verify), ``replay`` and ``cli``. The baseline
-rules live in ``aggregators``. Only ``run`` and what it trains with need torch: reports read run files anywhere.
+rules live in the ``baselines`` package, one module a rule. Only ``run`` and what it trains with need torch:
+reports read run files anywhere.
 """
 
 from .config import Config, make_config

@@ -2,7 +2,9 @@
 oracle reference, behind one call per round.
 
 FedAvg, the oracle and FedLNS average with ``fedlns_core.weighted_average`` (through
-``ScreeningResult.aggregate`` for FedLNS), so every experiment also exercises the library users install.
+``ScreeningResult.aggregate`` for FedLNS), and every update is applied with ``fedlns_core.apply_update`` (through
+``ScreeningResult.aggregate`` when FedLNS screens in front of a baseline), so every experiment also exercises the
+library users install.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlns_core import weighted_average
+from fedlns_core import apply_update, weighted_average
 
-from .aggregators import apply_update, client_updates, make_aggregator, paper_parameters
+from .baselines import client_updates, make_aggregator, paper_parameters
 from .config import COMPOSED
 from .seeds import stream_key, stream_seed
 
@@ -111,7 +113,6 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
     params = baseline_parameters(config)
     if config.method == "flame":
         params["random_state"] = stream_key(config.seed, "flame", round_index)   # fresh noise each round
-    result = make_aggregator(config.method, **params).run(client_updates(global_params, client_params),
-                                                          num_examples)
-    return RoundOutcome(apply_update(global_params, result.update), list(result.kept), True,
+    result = make_aggregator(config.method, **params)(client_updates(global_params, client_params), num_examples)
+    return RoundOutcome(apply_update(global_params, result), list(result.kept), True,
                         bool(result.selects_clients), {})
