@@ -1,4 +1,4 @@
-"""Measure retain rules for small and clean rounds against the paper's rule (issue 10).
+"""Measure retain rules for small and clean rounds against the paper's rule.
 
 Run (writes raw counts, then the table from those files only)::
 
@@ -8,7 +8,7 @@ Run (writes raw counts, then the table from those files only)::
 
 (The committed files were measured in two steps: the four sizes above first, then K=100 with 10 per round with
 ``--sizes 100x10`` into ``docs/rules/{selection,report}-100x10.json``; ``--table`` joins comma-separated files.
-The first two commands as written now measure all five sizes at once.)
+The first two commands measure all five sizes at once.)
 
 Federations come from ``fedlns_core._synthetic.SyntheticFederation`` (2 blocks x 64 wide, D=640, attack
 shift 1.5 noise scales, as ``tests/test_scenarios.py``). Each round samples N of K clients uniformly,
@@ -20,7 +20,7 @@ benign noise at 0/10/25/40% malicious, and a decoy (25% malicious plus one extre
 shift, in every round).
 
 Selection rule, fixed before any result was seen: on the selection seeds, for each round size keep the
-variants that meet the issue's targets that apply to it (K=20/N=4, Gaussian, 25%: TPR >= 0.9 and FPR
+variants that meet the targets that apply to it (K=20/N=4, Gaussian, 25%: TPR >= 0.9 and FPR
 <= 0.05; K=200/N=20, Gaussian, 0%: FPR <= 0.02 and 40%: TPR >= 0.98, FPR <= 0.02), or all of them if
 none does; among those, pick the lowest cost = mean over the nine scenarios of FPR + (1 - TPR) (the TPR
 term only where attackers take part); a variant within 0.005 of the best loses only to one listed

@@ -1,4 +1,4 @@
-"""Issue 10's targets for ``FedLNS.for_federation``, with the paper's rule beside it.
+"""The retain-rule targets of ``docs/rules.md`` for ``FedLNS.for_federation``, with the paper's rule beside it.
 
 Run: ``python benchmarks/rule_targets.py --seeds 0 1 2 3 4`` (prints a markdown table).
 

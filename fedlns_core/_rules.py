@@ -1,4 +1,4 @@
-"""Retain rules for small and clean rounds, measured against the paper's rule (issue 10).
+"""Retain rules for small and clean rounds, measured against the paper's rule.
 
 ``benchmarks/rule_study.py`` compares them on synthetic federations and ``docs/rules.md`` holds the
 table. The winners are :class:`FedLNS`'s ``retain_rule`` options (:func:`bank_rule` maps the names); the

@@ -5,7 +5,7 @@
 #   paper-hold          the paper's rule and warm-up (eq. FedLNS_skip_update: the global model is held until the
 #                       bank reaches the activation coverage); what docs/results/cpu runs
 #   paper-aggregate     the paper's rule, every client averaged before activation (FedLNS(warmup="aggregate"))
-#   guarded-hold        the rule FedLNS.for_federation picks for 10 clients per round, the paper's warm-up
+#   guarded-hold        the rule rule_for_round_size gives for 10 clients per round, the paper's warm-up
 #   guarded-aggregate   both changes
 # Every step skips finished runs: run it again to resume.
 #

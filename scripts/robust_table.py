@@ -1,4 +1,4 @@
-"""One seed of issue 26's matrix as the markdown table of docs/attacks.md, until the report joins the runs.
+"""One seed of the robustness matrix as the markdown table of docs/attacks.md (the report does not join these runs).
 
 Reads the archived attack matrix (``docs/results/attacks/runs.csv``: every method under the twelve original
 attacks) and a folder of runs made by ``scripts/results_robust.sh`` (``fedlns_default`` everywhere, every method

@@ -1,4 +1,4 @@
-"""Hostile replies against FedLNSStrategy: issue #9's Flower reproducers by name, and a property over one hostile reply."""
+"""Hostile replies against FedLNSStrategy: each known hostile reply as a named reproducer, and a property over one."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The retain rules that read the bank (``FedLNS.paper(retain_rule="guarded" | "peeled" | "bank")``) and
-``FedLNS.for_federation`` (issue 10).
+``FedLNS.for_federation`` with the paper's settings and the rule for the round size.
 
-The targets are the issue's, checked on federations of the kind in ``tests/test_scenarios.py`` at seeds the
-rule study (``benchmarks/rule_study.py``) and ``benchmarks/rule_targets.py`` did not use.
+The targets are those of ``docs/rules.md``, checked on federations of the kind in ``tests/test_scenarios.py``
+at seeds the rule study (``benchmarks/rule_study.py``) and ``benchmarks/rule_targets.py`` did not use.
 """
 
 import numpy as np
@@ -17,14 +17,14 @@ from fedlns_core._synthetic import SyntheticFederation
 
 
 def paper_for_federation(n_clients, per_round, bound, **settings):
-    """Issue 10's screener: the planned threshold, the paper's settings and the rule for the round size."""
+    """The planned threshold, the paper's settings and the rule for the round size (``docs/rules.md``)."""
     paper = {k: v for k, v in PAPER_SETTINGS.items() if k != "activation_threshold"}
     return FedLNS.for_federation(n_clients, per_round, bound, **{**paper, **rule_for_round_size(per_round),
                                                                  **settings})
 
 
 def detection(n_clients, per_round, bound, fraction, seeds, rounds=40, **settings):
-    """Pooled (tp, fn, fp, tn) of issue 10's screener over the active rounds of one federation per seed."""
+    """Pooled (tp, fn, fp, tn) of ``paper_for_federation`` over the active rounds of one federation per seed."""
     tp = fn = fp = tn = 0
     for seed in seeds:
         federation = SyntheticFederation(n_clients, fraction, n_layers=2, width=64, seed=seed)

@@ -1,4 +1,4 @@
-"""Hostile input against the core: every reproducer of issue #9 by name, then properties over hostile clients.
+"""Hostile input against the core: each known hostile input as a named reproducer, then properties over hostile clients.
 
 The property: for a round of valid clients plus one hostile client, ``screen()`` completes, the hostile
 client is rejected with an ``"invalid: ..."`` reason or decided by the mixture like anyone else, the bank
@@ -66,7 +66,7 @@ def assert_bank_clean(screener, hostile_rejected_as_invalid=True):
     assert np.isfinite(columns).all() and (np.abs(columns) < 1e6).all()
 
 
-# ------------------------------------------------------------------------------ reproducers, issue #9
+# ------------------------------------------------------------------------------ named reproducers
 
 def test_reproducer_1e300_norm_does_not_disable_screening():
     g = make_global(np.float64)

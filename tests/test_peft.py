@@ -202,7 +202,7 @@ def test_quantized_norm_parameters_are_refused():
 
 
 def test_ln_tuning_on_top_of_lora_is_refused_by_peft():
-    # The finding, pinned: peft 0.21 will not mix LN-tuning and LoRA in one model,
+    # Pinned: peft 0.21 will not mix LN-tuning and LoRA in one model,
     # which is why make_norms_trainable uses modules_to_save for LoRA.
     model = get_peft_model(_base("llama"), LoraConfig(r=2, target_modules=["q_proj"]))
     with pytest.raises(ValueError, match="different peft types"):

@@ -11,7 +11,7 @@ labels) or a variant's, without retraining anything. The variants isolate one su
                    cannot pull the median (hypothesis c)
 ``no_singletons``  a two-component split that isolates a single client keeps everyone (hypothesis d)
 ``guarded:L:S``    ``FedLNS(retain_rule="guarded", lone_separation=L, min_separation=S)`` (``guarded`` alone:
-                   L=3, S=0, what ``FedLNS.for_federation`` chooses; docs/rules.md)
+                   L=3, S=0, what ``rule_for_round_size`` gives from 15 per round; docs/rules.md)
 
 A variant left with no bank entry for its reference (e.g. ``exclude_round`` in the first active round) uses the
 paper's reference in that round.
