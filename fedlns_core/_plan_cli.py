@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_round is not None:
         risk = "" if args.max_risk == 0.01 else f", max_risk={args.max_risk:g}"
         print(f"screener: FedLNS.for_federation({args.clients}, {args.per_round}, {args.malicious:g}{risk}) "
-              "(this threshold and the retain rule measured for that round size, docs/rules.md)")
+              "(this threshold with the default rule; FedLNS.paper(**rule_for_round_size(per_round)) for the "
+              "paper-family rule measured for that round size, docs/rules.md)")
     print()
     print(f"{'coverage':>8}  {'bank size':>9}  {'P(malicious-majority bank)':>26}  {'expected rounds':>15}")
     for row in rows:

@@ -58,8 +58,8 @@ class ScreeningResult:
     capped_counts : dict of client id to float
         The count each retained client gave, for those whose count was capped.
     support : dict of client id to float
-        ``retain_rule="support"``: each screened client's full-update support (median cosine of its update
-        sketch to the other clients' in the bank); empty otherwise.
+        ``retain_rule="support"``: each screened client's full-update support (mean cosine of its update
+        sketch to the population's majority group of recent bank entries, its own left out); empty otherwise.
     clip_scales : dict of client id to float
         ``clip="median"``: the factor (at most 1) each retained update is scaled by in :meth:`aggregate`, so
         that none is longer than the retained clients' median update; empty otherwise.
@@ -144,9 +144,10 @@ class ScreeningResult:
         }
 
 
-#: The paper-family retain rule measured best for each round size (issue 10's study): (largest round size,
-#: settings); :func:`rule_for_round_size` looks it up. Each entry is the rule study's choice (``benchmarks/rule_study.py``, made on its selection seeds by a
-#: rule fixed in advance, docs/rules.md) at the measured size it covers: 2, 4, 5, 10 and 20 per round.
+#: The paper-family retain rule measured best for each round size (the rule study, docs/rules.md): (largest
+#: round size, settings); :func:`rule_for_round_size` looks it up. Each entry is the study's choice
+#: (``benchmarks/rule_study.py``, made on its selection seeds by a rule fixed in advance) at the measured size
+#: it covers: 2, 4, 5, 10 and 20 per round.
 RULE_BY_ROUND_SIZE: tuple = (
     (2, dict(retain_rule="bank", min_separation=0.0)),                          # measured at K=10, 2 per round
     (4, dict(retain_rule="peeled", min_separation=3.0)),                        # K=20, 4 per round
@@ -359,8 +360,8 @@ class FedLNS:
         The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
         malicious majority stays at most ``max_risk``); every other setting is the default (the ``"support"``
         rule groups that many recent bank entries, whatever the round size). Pass
-        ``**rule_for_round_size(clients_per_round)`` for the paper-family rule issue 10 measured best for
-        that round size. The plan is kept as ``plan_`` (not saved with the screener).
+        ``**rule_for_round_size(clients_per_round)`` for the paper-family rule measured best for that round
+        size (docs/rules.md). The plan is kept as ``plan_`` (not saved with the screener).
 
         Parameters
         ----------
