@@ -1,80 +1,194 @@
-"""One seed of the robustness matrix as the markdown table of docs/attacks.md (the report does not join these runs).
+"""The robustness matrix of ``FedLNS()`` (the simulator's ``fedlns_default``) and its targets, as Markdown.
 
-Reads the archived attack matrix (``docs/results/attacks/runs.csv``: every method under the twelve original
-attacks) and a folder of runs made by ``scripts/results_robust.sh`` (``fedlns_default`` everywhere, every method
-under the three new attacks; ``rounds.jsonl`` or the archive's ``rounds.jsonl.gz``), GPT IID.
+Joins the archived attack matrix (``docs/results/attacks/``: every method under the twelve original attacks,
+GPT IID, seeds 100-300) with a folder of runs made by ``scripts/results_robust.sh`` (``fedlns_default``
+everywhere, every method under the three attacks written against it, non-IID GPT and IID LLaMA). Every number
+is a run's summary as the report computes it (``fedlns_sim.report.load.load_runs``: best checkpoint, and the
+perplexity of the last ten rounds' mean loss), averaged over the seeds given; a cell is shown only when every
+method in it has every seed.
 
-Usage: python scripts/robust_table.py RUNS_DIR [SEED]     (default seed 100)
+The targets checked (for GPT IID, the twelve original attacks and the three new ones at 20% and 40%):
+
+* never worse than no defence: ``FedLNS()``'s mean at most 1% above FedAvg's, best and last 10, and at no seed
+  more than 5% above FedAvg's at that seed;
+* ahead of every peer: its mean best within 2% of the best defence's in at least 20 of the 24 original cells;
+* the paper's attack at 40% within 5% of the oracle;
+* TPR >= 0.9 and FPR <= 0.05 under ``target_corruption``, ``norm_freeze`` and ``ipm`` at 20% and 40%;
+* clean cost: without attackers, paired by seed against clean FedAvg, mean at most +1% and the 95% interval's
+  upper end at most +3%.
+
+Usage: python scripts/robust_table.py RUNS_DIR [SEEDS]     (SEEDS: comma-separated, default 100,200,300)
 """
 
 from __future__ import annotations
 
-import csv
-import gzip
-import json
 import math
 import sys
+from collections import defaultdict
 from pathlib import Path
 
-ATTACKS = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
-           "norm_mimicry", "norm_freeze", "decoy", "delta_budget", "norm_noise", "band_mimic", "ipm_search")
+import numpy as np
+from scipy import stats
+
+from fedlns_sim.report.load import load_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+ORIGINAL = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
+            "norm_mimicry", "norm_freeze", "decoy", "delta_budget")
+NEW = ("norm_noise", "band_mimic", "ipm_search")
+DETECTED = ("target_corruption", "norm_freeze", "ipm")
 DEFENCES = {"norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median", "trimmed_mean": "Trimmed",
             "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS.paper()",
             "fedlns_multi_krum": "paper+Multi-Krum", "fedlns_median": "paper+Median",
             "fedlns_norm_bound": "paper+Norm-Bound"}
+SETTINGS = (("gpt", "iid"), ("gpt", "noniid"), ("llama", "iid"))
 
 
-def records(run: Path) -> list[dict]:
-    path = run / "rounds.jsonl"
-    text = path.read_text() if path.exists() else gzip.decompress((run / "rounds.jsonl.gz").read_bytes()).decode()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def cells(runs: Path, seed: str) -> dict:
-    out = {}
-    archived = Path(__file__).resolve().parent.parent / "docs/results/attacks/runs.csv"
-    for row in csv.DictReader(archived.open()):
-        if row["seed"] == seed and row["family"] == "gpt" and row["partition"] == "iid":
-            attack = row["attack"] if float(row["fraction"]) > 0 else "-"
-            out[(row["method"], float(row["fraction"]), attack)] = (float(row["perplexity"]),
-                                                                   float(row["last10_perplexity"]))
-    for run in sorted(runs.glob("gpt-iid-*")):
-        config = json.loads((run / "config.json").read_text())["config"]
-        rounds = records(run)[1:]
-        if str(config["seed"]) != seed or len(rounds) < config["rounds"]:
-            continue
-        ppl = [r["perplexity"] if r["perplexity"] is not None else math.inf for r in rounds]
-        attack = config["attack"] if config["malicious_fraction"] > 0 else "-"
-        out[(config["method"], config["malicious_fraction"], attack)] = (min(ppl), sum(ppl[-10:]) / 10)
-    return out
+def gather(runs_dir: Path, seeds: tuple[int, ...]) -> dict:
+    """(family, partition, method, fraction, attack) -> {seed: run summary}; without attackers the attack is "-".
+    A run of the robustness folder replaces the archived one of the same cell and seed."""
+    cells: dict = defaultdict(dict)
+    for folder in (ROOT / "docs/results/attacks/runs", runs_dir):
+        for run in load_runs(folder):
+            if run["seed"] in seeds:
+                attack = run["attack"] if run["fraction"] > 0 else "-"
+                key = (run["family"], run["partition"], run["method"], run["fraction"], attack)
+                cells[key][run["seed"]] = run
+    return cells
 
 
 def shown(value: float) -> str:
     return "diverged" if not math.isfinite(value) or value > 1e5 else f"{value:.0f}"
 
 
-def main(argv: list[str]) -> int:
-    runs, seed = Path(argv[0]), (argv[1] if len(argv) > 1 else "100")
-    found = cells(runs, seed)
+def mean_of(runs: dict, seeds, field: str) -> float:
+    """The mean over the seeds; infinite where a seed diverged (non-finite, or above 1e5)."""
+    values = [runs[seed][field] for seed in seeds]
+    return math.inf if not all(math.isfinite(v) and v <= 1e5 for v in values) else float(np.mean(values))
+
+
+def excess(ours: float, theirs: float) -> float:
+    """Percent above; a diverged reference counts as any finite value being below it."""
+    ours, theirs = (math.inf if not math.isfinite(v) or v > 1e5 else v for v in (ours, theirs))
+    if math.isinf(theirs):
+        return -math.inf if math.isfinite(ours) else 0.0
+    return 100 * (ours / theirs - 1) if math.isfinite(ours) else math.inf
+
+
+def percent(value: float) -> str:
+    return "-" if math.isinf(value) and value < 0 else ("+inf" if math.isinf(value) else f"{value:+.1f}%")
+
+
+def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
+    complete = lambda key: key in cells and all(s in cells[key] for s in seeds)  # noqa: E731
     for fraction in (0.4, 0.2):
-        oracle = found[("oracle", fraction, "target_corruption")]
-        print(f"\n{fraction:.0%} malicious (oracle {oracle[0]:.0f} / {oracle[1]:.0f})\n")
-        print("| attack | FedAvg | best other defence | FedLNS.paper() | FedLNS() | FedLNS() vs FedAvg | vs best other |")
-        print("|---|---:|---|---:|---:|---:|---:|")
-        for attack in ATTACKS:
-            fedavg, default = found.get(("fedavg", fraction, attack)), found.get(("fedlns_default", fraction, attack))
-            paper = found.get(("fedlns", fraction, attack))
-            others = [(value[0], method) for (method, frac, att), value in found.items()
-                      if frac == fraction and att == attack and method in DEFENCES]
-            if not (fedavg and default and paper and others):
+        oracle = cells.get(("gpt", "iid", "oracle", fraction, "target_corruption"))
+        if not oracle or not complete(("gpt", "iid", "oracle", fraction, "target_corruption")):
+            continue
+        lines += [f"\n**{fraction:.0%} malicious** (oracle {shown(mean_of(oracle, seeds, 'perplexity'))} / "
+                  f"{shown(mean_of(oracle, seeds, 'last10_perplexity'))})\n",
+                  "| attack | FedAvg | best other defence | FedLNS.paper() | FedLNS() | vs FedAvg (best / last 10; "
+                  "worst seed) | vs best other defence | TPR / FPR |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|"]
+        for attack in ORIGINAL + NEW:
+            key = lambda method: ("gpt", "iid", method, fraction, attack)  # noqa: E731
+            if not (complete(key("fedavg")) and complete(key("fedlns_default")) and complete(key("fedlns"))):
                 continue
-            best = min(others)
-            print(f"| `{attack}` | {shown(fedavg[0])} / {shown(fedavg[1])} | {DEFENCES[best[1]]} {shown(best[0])} | "
-                  f"{shown(paper[0])} / {shown(paper[1])} | {shown(default[0])} / {shown(default[1])} | "
-                  f"{100 * (default[0] / fedavg[0] - 1):+.1f}% | {100 * (default[0] / best[0] - 1):+.1f}% |")
-    clean, default = found.get(("fedavg", 0.0, "-")), found.get(("fedlns_default", 0.0, "-"))
-    if clean and default:
-        print(f"\nwithout attackers: FedAvg {clean[0]:.1f} / {clean[1]:.1f}, FedLNS() {default[0]:.1f} / {default[1]:.1f}")
+            fedavg, ours, paper = cells[key("fedavg")], cells[key("fedlns_default")], cells[key("fedlns")]
+            others = [(mean_of(cells[key(m)], seeds, "perplexity"), m) for m in DEFENCES if complete(key(m))]
+            best_other = min(others)
+            vs = {field: excess(mean_of(ours, seeds, field), mean_of(fedavg, seeds, field))
+                  for field in ("perplexity", "last10_perplexity")}
+            worst = max(excess(ours[s][f], fedavg[s][f]) for s in seeds for f in ("perplexity", "last10_perplexity"))
+            vs_best = excess(mean_of(ours, seeds, "perplexity"), best_other[0])   # negative: ahead of every peer
+            tp, fn, fp, tn = (sum(ours[s][k] for s in seeds) for k in ("tp", "fn", "fp", "tn"))
+            tpr, fpr = tp / max(tp + fn, 1), fp / max(fp + tn, 1)
+            lines.append(
+                f"| `{attack}` | {shown(mean_of(fedavg, seeds, 'perplexity'))} / "
+                f"{shown(mean_of(fedavg, seeds, 'last10_perplexity'))} | {DEFENCES[best_other[1]]} "
+                f"{shown(best_other[0])} | {shown(mean_of(paper, seeds, 'perplexity'))} / "
+                f"{shown(mean_of(paper, seeds, 'last10_perplexity'))} | {shown(mean_of(ours, seeds, 'perplexity'))} / "
+                f"{shown(mean_of(ours, seeds, 'last10_perplexity'))} | {percent(vs['perplexity'])} / "
+                f"{percent(vs['last10_perplexity'])}; {percent(worst)} | {percent(vs_best)} | {tpr:.2f} / {fpr:.2f} |")
+            cell = f"{attack} {fraction:.0%}"
+            if max(vs.values()) > 1.0 or worst > 5.0:
+                targets["worse than FedAvg"].append(f"{cell} (mean {percent(max(vs.values()))}, worst seed "
+                                                    f"{percent(worst)})")
+            if attack in ORIGINAL:
+                targets["original cells"] += 1
+                if vs_best <= 2.0:                                           # within 2% of the best, or the best
+                    targets["within 2%"] += 1
+                else:
+                    targets["not within 2%"].append(f"{cell} ({percent(vs_best)} vs {DEFENCES[best_other[1]]})")
+            if attack in DETECTED and (tpr < 0.9 or fpr > 0.05):
+                targets["detection"].append(f"{cell} (TPR {tpr:.2f}, FPR {fpr:.2f})")
+            if attack == "target_corruption" and fraction == 0.4:
+                targets["paper attack vs oracle"] = excess(mean_of(ours, seeds, "perplexity"),
+                                                           mean_of(oracle, seeds, "perplexity"))
+
+
+def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str]) -> None:
+    """Non-IID GPT and IID LLaMA: FedAvg, FLAME, the paper's rule and FedLNS() under the attacks run there."""
+    for family, partition in SETTINGS[1:]:
+        rows = []
+        for fraction in (0.4, 0.2):
+            for attack in DETECTED + NEW:
+                runs = {m: cells.get((family, partition, m, fraction, attack)) for m in
+                        ("fedavg", "flame", "fedlns", "fedlns_default")}
+                if not (runs["fedavg"] and runs["fedlns_default"]
+                        and all(s in runs["fedavg"] and s in runs["fedlns_default"] for s in seeds)):
+                    continue
+                shown_runs = [f"{shown(mean_of(r, seeds, 'perplexity'))} / {shown(mean_of(r, seeds, 'last10_perplexity'))}"
+                              if r and all(s in r for s in seeds) else "-" for r in runs.values()]
+                ours, fedavg = runs["fedlns_default"], runs["fedavg"]
+                vs = excess(mean_of(ours, seeds, "perplexity"), mean_of(fedavg, seeds, "perplexity"))
+                rows.append(f"| {fraction:.0%} `{attack}` | " + " | ".join(shown_runs) + f" | {percent(vs)} |")
+        if rows:
+            lines += [f"\n**{family.upper()} {partition}**\n",
+                      "| cell | FedAvg | FLAME | FedLNS.paper() | FedLNS() | FedLNS() vs FedAvg (best) |",
+                      "|---|---:|---:|---:|---:|---:|", *rows]
+
+
+def clean_cost(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
+    for family, partition in SETTINGS:
+        fedavg = cells.get((family, partition, "fedavg", 0.0, "-"), {})
+        ours = cells.get((family, partition, "fedlns_default", 0.0, "-"), {})
+        paired = [s for s in seeds if s in fedavg and s in ours]
+        if not paired:
+            continue
+        for field, label in (("perplexity", "best"), ("last10_perplexity", "last 10")):
+            diffs = np.array([excess(ours[s][field], fedavg[s][field]) for s in paired])
+            mean = float(diffs.mean())
+            upper = (mean + stats.t.ppf(0.975, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs))
+                     if len(diffs) > 1 else math.nan)
+            lines.append(f"- {family} {partition}, {label}: {mean:+.2f}% (95% interval upper end {upper:+.2f}%; "
+                         f"seeds {', '.join(map(str, paired))}: {', '.join(f'{d:+.2f}%' for d in diffs)})")
+            if (family, partition) == ("gpt", "iid"):
+                targets["clean"].append((label, mean, upper))
+
+
+def main(argv: list[str]) -> int:
+    runs_dir = Path(argv[0])
+    seeds = tuple(int(s) for s in (argv[1] if len(argv) > 1 else "100,200,300").split(","))
+    cells = gather(runs_dir, seeds)
+    targets: dict = {"worse than FedAvg": [], "not within 2%": [], "detection": [], "clean": [],
+                     "original cells": 0, "within 2%": 0, "paper attack vs oracle": math.nan}
+    lines = [f"Seeds {', '.join(map(str, seeds))}; best / last-10 perplexity, means over the seeds."]
+    gpt_iid_tables(cells, seeds, lines, targets)
+    small_tables(cells, seeds, lines)
+    lines.append("\n**Without attackers**, FedLNS() against clean FedAvg, paired by seed:\n")
+    clean_cost(cells, seeds, lines, targets)
+    lines += ["\n**Targets** (GPT IID):\n",
+              f"- never worse than FedAvg (mean +1%, any seed +5%): "
+              f"{'met' if not targets['worse than FedAvg'] else 'missed in ' + '; '.join(targets['worse than FedAvg'])}",
+              f"- within 2% of the best defence in {targets['within 2%']} of {targets['original cells']} original "
+              f"cells (target 20 of 24){'' if not targets['not within 2%'] else ': not in ' + '; '.join(targets['not within 2%'])}",
+              f"- the paper's attack at 40%: {percent(targets['paper attack vs oracle'])} above the oracle (target +5%)",
+              f"- TPR >= 0.9, FPR <= 0.05 under {', '.join(DETECTED)}: "
+              f"{'met' if not targets['detection'] else 'missed in ' + '; '.join(targets['detection'])}",
+              *(f"- clean cost, {label}: {mean:+.2f}% (target +1%), 95% upper end {upper:+.2f}% (target +3%)"
+                for label, mean, upper in targets["clean"])]
+    print("\n".join(lines))
     return 0
 
 
