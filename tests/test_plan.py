@@ -2,7 +2,6 @@
 
 import dataclasses
 import math
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -154,10 +153,8 @@ def test_more_participation_never_needs_more_rounds(num_clients, malicious_fract
     assert rounds == sorted(rounds)
 
 
-def test_large_federations_are_exact_and_quick():
-    start = time.perf_counter()
+def test_large_federations_are_exact():     # their cost is a target of benchmarks/bench_plan.py
     plan = plan_activation(10_000, 0.45, 0.01)
-    assert time.perf_counter() - start < 1.0                            # about 0.03 s measured (2 cores)
     assert plan.risk_at(plan.threshold) <= 0.01 < plan.risk_at(plan.threshold - 1)
     big = plan_activation(100_000, 0.4, 0.001)
     assert np.isfinite(big.risk) and big.risk <= 0.01 < big.risk_at(big.threshold - 1)
