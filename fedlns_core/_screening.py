@@ -608,6 +608,18 @@ class FedLNS:
                     for key, value in global_params.items())))
         return {"clip_scales": clip_scales(norms, retained, WARMUP_CLIP_QUANTILE if warming_up else 0.5)}
 
+    def update_sketches(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict]) -> dict:
+        """The sketches of the clients' full updates that the ``"support"`` rule banks (its secret signs), by id.
+
+        For offline analysis of recorded rounds: called after a round was screened, it gives exactly the sketches
+        that round banked. Before the first screened round the signs' seed is not fixed yet unless
+        ``random_state`` is set.
+        """
+        ids = list(client_params)
+        sketches, _ = sketch_updates(global_params, [client_params[i] for i in ids], sorted(global_params),
+                                     self.sketch_dim, self._sketch_key())
+        return dict(zip(ids, sketches))
+
     def _sketch_key(self) -> int:
         """The secret seed of the update sketch's signs: from ``random_state``, else drawn once and saved."""
         if self._sketch_seed is not None:

@@ -71,3 +71,21 @@ def test_guarded_variant_is_the_screeners_guarded_rule(recorded):
             expected.append((t, sorted(result.retained)))
     replayed = [(d["round"], sorted(d["kept"])) for d in replay(recorded, "guarded:2:0.5")]
     assert replayed == expected and len(expected) >= 5
+
+
+@pytest.fixture(scope="module")
+def recorded_default(tmp_path_factory):
+    config = make_config("smoke", "gpt", method="fedlns_default", data="synthetic", rounds=8, num_clients=10,
+                         malicious_fraction=0.4, record_signatures=True)
+    return run(config, tmp_path_factory.mktemp("runs"), progress=False)
+
+
+def test_support_replay_reproduces_every_recorded_decision(recorded_default):
+    decisions = replay(recorded_default, "support")
+    summary = summarize(decisions)
+    assert summary["rounds"] >= 3 and summary["agree_with_run"] == summary["rounds"]
+    assert replay(recorded_default) == decisions                 # a fedlns_default run replays its own rule
+    split = replay(recorded_default, "round_first:0.75")
+    assert [d["round"] for d in split] == [d["round"] for d in decisions]
+    with pytest.raises(ValueError, match="unknown variant"):
+        replay(recorded_default, "max_age:3")

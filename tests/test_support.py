@@ -178,3 +178,14 @@ def test_one_hostile_client_never_changes_the_others_decisions(scale, norm_shift
 def _copy(screener):
     import copy
     return copy.deepcopy(screener)
+
+
+def test_update_sketches_are_the_banked_ones():
+    from fedlns_core._support import SKETCH_KEY
+
+    screener = support_screener()
+    (result, clients), = run(screener, 1, set())
+    sketches = screener.update_sketches(GLOBAL, clients)
+    assert set(sketches) == set(clients)
+    for client_id, sketch in sketches.items():
+        assert np.array_equal(screener.bank[client_id][SKETCH_KEY], sketch)

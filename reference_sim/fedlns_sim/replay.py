@@ -15,6 +15,15 @@ labels) or a variant's, without retraining anything. The variants isolate one su
 
 A variant left with no bank entry for its reference (e.g. ``exclude_round`` in the first active round) uses the
 paper's reference in that round.
+
+A run of ``FedLNS()``'s rule (method ``fedlns_default``) also records each client's update sketch; its bank
+(signature, sketch, round and score per client) is rebuilt the same way and the rule replayed:
+
+``support``        the rule as the run applied it (a check: it must reproduce the recorded decisions)
+``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
+                   to the earlier entries of the population's majority group) is rejected when it is apart from
+                   the other (mean cosine across below T times its own within); a round without such a part is
+                   decided by ``support``. Studied for BERT, not adopted (docs/attacks.md, "Where it fails").
 """
 
 from __future__ import annotations
@@ -26,10 +35,14 @@ import numpy as np
 
 from fedlns_core import bic_gmm_retain, deviation_scores, median_mad, standardize
 from fedlns_core._rules import guarded_rule
+from fedlns_core._support import population_groups, recent_rows, support_rule
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import squareform
 
 from .runfiles import read_meta, read_records
 
 VARIANTS = ("paper", "max_age:A", "exclude_round", "no_singletons", "guarded:L:S")
+SUPPORT_VARIANTS = ("support", "round_first:T")
 
 
 def load_signatures(run_dir: Path) -> dict[int, tuple[list[int], np.ndarray]]:
@@ -44,12 +57,16 @@ def load_signatures(run_dir: Path) -> dict[int, tuple[list[int], np.ndarray]]:
     return rounds
 
 
-def replay(run_dir: Path, variant: str = "paper") -> list[dict]:
-    """Per active round of the run: the clients each rule keeps, under ``variant``."""
+def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
+    """Per active round of the run: the clients each rule keeps, under ``variant`` (default: the run's own rule,
+    ``paper`` or, for a ``fedlns_default`` run, ``support``)."""
     meta = read_meta(run_dir)
     config = meta["config"]
     if not config["method"].startswith("fedlns"):
         raise ValueError(f"{run_dir} is a {config['method']} run, not FedLNS")
+    if config["method"] == "fedlns_default":
+        return replay_support(run_dir, variant or "support")
+    variant = variant or "paper"
     from .seeds import stream_seed
 
     random_state = stream_seed(config["seed"], "screening")
@@ -97,6 +114,81 @@ def replay(run_dir: Path, variant: str = "paper") -> list[dict]:
                           "malicious": [c for c in clients if c in set(record.get("malicious_sampled", []))],
                           "n_components": decision.n_components, "recorded_kept": record.get("kept")})
     return decisions
+
+
+def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
+    """Per screened round of a ``fedlns_default`` run: the clients ``FedLNS()``'s rule keeps, under ``variant``
+    (``support`` or ``round_first:T``), from its recorded signatures and update sketches."""
+    from .config import config_from_dict
+    from .methods import make_screener
+
+    name, _, argument = variant.partition(":")
+    if name not in ("support", "round_first"):
+        raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
+    screener = make_screener(config_from_dict(read_meta(run_dir)["config"]))
+    recent = max(screener.activation_threshold, 3)
+    records = {r["round"]: r for r in read_records(run_dir)}
+    bank: dict[int, list] = {}      # client -> [signature, sketch, stamp, score], in the screener's column order
+    decisions = []
+    for t, path in sorted((int(p.stem.split("-")[1]), p) for p in (Path(run_dir) / "signatures").glob("round-*.npz")):
+        with np.load(path) as stored:
+            if "sketches" not in stored:
+                raise FileNotFoundError(f"{path} has no update sketches (recorded before they were, or not the "
+                                        "support rule)")
+            clients = [int(c) for c in stored["clients"]]
+            signatures, sketches, stamp = stored["signatures"], stored["sketches"], int(stored["stamp"])
+        for client, signature, sketch in zip(clients, signatures, sketches):
+            bank.setdefault(client, [None] * 4)[:3] = signature, sketch, stamp
+        median, mad = median_mad(np.stack([entry[0] for entry in bank.values()], axis=1), screener.mad_floor)
+        scores = deviation_scores(standardize(signatures, median, mad))
+        for client, score in zip(clients, scores):
+            bank[client][3] = score
+        record = records.get(t, {})
+        if not record.get("active"):
+            continue
+        order = list(bank)
+        entries = list(bank.values())
+        bank_sketches = np.stack([entry[1] for entry in entries])
+        stamps = np.array([entry[2] for entry in entries], dtype=float)
+        position = {client: index for index, client in enumerate(order)}
+        outcome = support_rule(scores, sketches, bank_sketches, np.array([position[c] for c in clients]), stamps,
+                               np.array([entry[3] for entry in entries]), recent=recent,
+                               max_groups=screener.max_groups, separation=screener.separation,
+                               loud_separation=screener.loud_separation)
+        retained = outcome.retained
+        if name == "round_first":
+            retained = _round_first(outcome, sketches, bank_sketches, stamps, stamp, recent, float(argument),
+                                    screener.max_groups, screener.separation)
+        decisions.append({"round": t, "clients": clients, "kept": [c for c, k in zip(clients, retained) if k],
+                          "malicious": [c for c in clients if c in set(record.get("malicious_sampled", []))],
+                          "n_components": None, "recorded_kept": record.get("kept")})
+    return decisions
+
+
+def _round_first(outcome, sketches, bank_sketches, stamps, stamp, recent, threshold, max_groups, separation):
+    """The ``round_first:T`` variant's decision: the rule's own, unless one cut of the round by its cosines leaves
+    a less supported part apart from the other (then that part is rejected, loud clients too)."""
+    unit = lambda rows: rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-300)  # noqa: E731
+    rows = recent_rows(stamps, recent)
+    window = unit(bank_sketches[rows])
+    groups = population_groups(window @ window.T, max_groups=max_groups, separation=separation)
+    earlier = groups.majority & (stamps[rows] < stamp) if groups is not None else None
+    if earlier is None or not earlier.any() or len(sketches) < 3:
+        return outcome.retained
+    round_units = unit(sketches)
+    support = (round_units @ window[earlier].T).mean(axis=1)
+    cosines = round_units @ round_units.T
+    part = fcluster(linkage(squareform(1.0 - np.clip(cosines, -1.0, 1.0), checks=False), "average"), 2,
+                    "maxclust") == 1
+    worse = part if support[part].mean() < support[~part].mean() else ~part
+    size = int(worse.sum())
+    if size < 2:
+        return outcome.retained
+    within = (cosines[np.ix_(worse, worse)].sum() - size) / (size * (size - 1))
+    if not cosines[np.ix_(worse, ~worse)].mean() < threshold * within:
+        return outcome.retained
+    loud = np.array(["loud normalization change" in reason for reason in outcome.reasons])
+    return ~worse & ~loud
 
 
 def summarize(decisions: list[dict]) -> dict:
@@ -202,7 +294,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="FedLNS run folders recorded with record_signatures=true")
     parser.add_argument("--variants", default="paper,max_age:5,max_age:10,exclude_round,no_singletons",
-                        help="comma-separated variants (default: %(default)s)")
+                        help="comma-separated variants (default: %(default)s; a fedlns_default run: support, "
+                             "round_first:T)")
     parser.add_argument("--hypotheses", action="store_true",
                         help="one Markdown table over all the runs, grouped by family, partition and local steps")
     args = parser.parse_args(argv)

@@ -189,7 +189,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             if config.record_signatures:
                 seen = (lora_signature(global_params, client_params)
                         if config.signature == "lora_stats" else (global_params, client_params))
-                _save_signatures(run_dir, t, *seen, outcome.info["signature_keys"])
+                _save_signatures(run_dir, t, *seen, outcome.info["signature_keys"], screener)
         global_params = outcome.params
 
         # evaluation of the new global model
@@ -247,15 +247,19 @@ def _norm_keys(params: dict) -> frozenset:
         return frozenset()
 
 
-def _save_signatures(run_dir: Path, t: int, global_params: dict, client_params: dict, keys) -> None:
-    """Each client's flat normalization signature of round t (for offline replay of the screening)."""
+def _save_signatures(run_dir: Path, t: int, global_params: dict, client_params: dict, keys, screener) -> None:
+    """Each client's flat normalization signature of round t (for offline replay of the screening); for the
+    ``"support"`` rule also each client's update sketch and the round's stamp in the bank."""
     from fedlns_core import extract_signature
 
     ids = sorted(client_params)
     rows = np.stack([np.concatenate([part.ravel() for part in
                                      extract_signature(global_params, client_params[c], keys).values()])
                      for c in ids])   # (n_clients, D) float64
+    arrays = {"clients": np.asarray(ids), "signatures": rows, "keys": np.asarray(keys)}
+    if screener.retain_rule == "support":
+        sketches = screener.update_sketches(global_params, client_params)
+        arrays.update(sketches=np.stack([sketches[c] for c in ids]), stamp=np.asarray(screener.round_ - 1))
     folder = run_dir / "signatures"
     folder.mkdir(exist_ok=True)
-    runfiles.save_npz(folder / f"round-{t:04d}.npz", {"clients": np.asarray(ids), "signatures": rows,
-                                                      "keys": np.asarray(keys)})
+    runfiles.save_npz(folder / f"round-{t:04d}.npz", arrays)
