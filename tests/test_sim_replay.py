@@ -13,11 +13,16 @@ from fedlns_sim.replay import main, replay, summarize  # noqa: E402
 from fedlns_sim.run import run  # noqa: E402
 
 
+def recorded_run(tmp_path_factory, **settings):
+    """A smoke-preset run with every round's signatures recorded."""
+    config = make_config("smoke", "gpt", data="synthetic", rounds=8, num_clients=10, record_signatures=True,
+                         **settings)
+    return run(config, tmp_path_factory.mktemp("runs"), progress=False)
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    config = make_config("smoke", "gpt", method="fedlns", data="synthetic", rounds=8, num_clients=10,
-                         activation_coverage=0.3, record_signatures=True)
-    return run(config, tmp_path_factory.mktemp("runs"), progress=False)
+    return recorded_run(tmp_path_factory, method="fedlns", activation_coverage=0.3)
 
 
 def test_paper_replay_reproduces_every_recorded_decision(recorded):
@@ -75,9 +80,7 @@ def test_guarded_variant_is_the_screeners_guarded_rule(recorded):
 
 @pytest.fixture(scope="module")
 def recorded_default(tmp_path_factory):
-    config = make_config("smoke", "gpt", method="fedlns_default", data="synthetic", rounds=8, num_clients=10,
-                         malicious_fraction=0.4, record_signatures=True)
-    return run(config, tmp_path_factory.mktemp("runs"), progress=False)
+    return recorded_run(tmp_path_factory, method="fedlns_default", malicious_fraction=0.4)
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):
