@@ -171,6 +171,8 @@ def test_results_in_the_folder_layout_convert_to_an_archive(tmp_path, capsys):
     (results / "verify.txt").write_text(cell + "\n")
     old = load_runs(results / "runs")
     assert main(["archive", str(results / "runs"), str(results), "--verify-cells", cell]) == 0
+    with pytest.raises(ValueError, match="holds run folders beside its runs.tar.xz"):
+        load_runs(results)                                       # never the archive alone while runs/ remains
     shutil.rmtree(results / "runs")
     assert repr(load_runs(results)) == repr(old)
     archived = read_archive(results / "runs.tar.xz")

@@ -33,11 +33,20 @@ _PRESET = 9 | lzma.PRESET_EXTREME
 
 def archive_path(source: str | Path) -> Path | None:
     """The archive that ``source`` names: itself when it is a file, a results folder's ``runs.tar.xz``, or None
-    (a runs folder)."""
+    (a runs folder).
+
+    Raises ``ValueError`` for a results folder that holds run folders beside its archive (archived by an earlier
+    version into ``runs/``): read as the archive alone, they would be left out without a word.
+    """
     source = Path(source)
     if source.is_file():
         return source
-    return source / ARCHIVE if (source / ARCHIVE).is_file() else None
+    if not (source / ARCHIVE).is_file():
+        return None
+    if any(source.rglob("config.json")):
+        raise ValueError(f"{source} holds run folders beside its {ARCHIVE}: add them to it (fedlns-sim archive "
+                         f"{source / 'runs'} {source}), then remove them")
+    return source / ARCHIVE
 
 
 def source_name(source: str | Path) -> str:
