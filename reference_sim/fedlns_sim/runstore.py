@@ -70,6 +70,8 @@ def stored_runs(source: str | Path) -> Iterator[tuple[str, dict[str, bytes]]]:
         The run's name and its ``config.json``, ``rounds.jsonl`` and (where there is one) ``state.json``, in the
         order of the names (an archive's too, however it grew).
     """
+    if not Path(source).exists():   # a path of the folder layout, say: never an empty result
+        raise FileNotFoundError(f"no finished run under {source} (no such folder or archive)")
     archive = archive_path(source)
     if archive is not None:
         yield from sorted(read_archive(archive).items())
