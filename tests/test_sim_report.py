@@ -107,11 +107,12 @@ def test_report_from_an_archive_equals_the_report_from_its_runs_folder(tmp_path)
             _fake_run(tmp_path / "runs", method, seed, losses, [9.0, 7.0, 5.0], unigram=40.0)
     archive(tmp_path / "runs", tmp_path / "results")
     write_report(tmp_path / "runs", tmp_path / "from-folder")
+    expected = {path.name: path.read_bytes() for path in (tmp_path / "from-folder").iterdir()}
+    assert "recovery.png" in expected and "tables.md" in expected
     for source in ("results", "results/runs.tar.xz"):    # a results folder, or its archive named
         out = tmp_path / f"from-{source.replace('/', '-')}"
         write_report(tmp_path / source, out)
-        assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in (tmp_path / "from-folder").iterdir())
-        assert all(path.read_bytes() == (out / path.name).read_bytes() for path in (tmp_path / "from-folder").iterdir())
+        assert {path.name: path.read_bytes() for path in out.iterdir()} == expected    # tables, CSV, plots
 
 
 def test_references_paired_differences_and_recovery(tmp_path):

@@ -4,7 +4,7 @@ An archive (``runs.tar.xz``) holds a runs folder's files without checkpoints, ``
 ``<run name>/rounds.jsonl`` and ``<run name>/state.json`` per run, so ``tar -xJf runs.tar.xz -C RUNS`` gives run
 folders that a sweep counts as finished. One xz stream over every run stores what the runs repeat (configs,
 record keys) once: the archived results took 41% of the bytes of the same runs as one gzip-compressed file each,
-and three files per results folder instead of three per run.
+and one file per results folder instead of three per run.
 
 It is written whole, to a temporary file renamed over the old one (a write cut short leaves the old archive), and
 deterministically (no times, owners or modes of this machine). The runs it held come first, in their order, and
