@@ -1,11 +1,11 @@
 """The robustness matrix of ``FedLNS()`` (the simulator's ``fedlns_default``) and its targets, as Markdown.
 
 Joins the archived attack matrix (``docs/results/attacks/``: every method under the twelve original attacks,
-GPT IID, seeds 100-300) with a folder of runs made by ``scripts/results_robust.sh`` (``fedlns_default``
-everywhere, every method under the three attacks written against it, non-IID GPT and IID LLaMA). Every number
-is a run's summary as the report computes it (``fedlns_sim.report.load.load_runs``: best checkpoint, and the
-perplexity of the last ten rounds' mean loss), averaged over the seeds given; a cell is shown only when every
-method in it has every seed.
+GPT IID, seeds 100-300) with the runs made by ``scripts/results_robust.sh`` (``fedlns_default`` everywhere, every
+method under the three attacks written against it, non-IID GPT and IID LLaMA): a runs folder, or a results folder
+holding their archive (``docs/results/robust-pending``). Every number is a run's summary as the report computes
+it (``fedlns_sim.report.load.load_runs``: best checkpoint, and the perplexity of the last ten rounds' mean loss),
+averaged over the seeds given; a cell is shown only when every method in it has every seed.
 
 The targets checked (for GPT IID, the twelve original attacks and the three new ones at 20% and 40%):
 
@@ -17,7 +17,7 @@ The targets checked (for GPT IID, the twelve original attacks and the three new 
 * clean cost: without attackers, paired by seed against clean FedAvg, mean at most +1% and the 95% interval's
   upper end at most +3%.
 
-Usage: python scripts/robust_table.py RUNS_DIR [SEEDS]     (SEEDS: comma-separated, default 100,200,300)
+Usage: python scripts/robust_table.py RUNS [SEEDS]     (SEEDS: comma-separated, default 100,200,300)
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def gather(runs_dir: Path, seeds: tuple[int, ...]) -> dict:
     """(family, partition, method, fraction, attack) -> {seed: run summary}; without attackers the attack is "-".
     A run of the robustness folder replaces the archived one of the same cell and seed."""
     cells: dict = defaultdict(dict)
-    for folder in (ROOT / "docs/results/attacks/runs", runs_dir):
+    for folder in (ROOT / "docs/results/attacks", runs_dir):
         for run in load_runs(folder):
             if run["seed"] in seeds:
                 attack = run["attack"] if run["fraction"] > 0 else "-"

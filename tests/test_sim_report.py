@@ -99,6 +99,22 @@ def test_write_report_from_files(tmp_path):
         write_report(tmp_path / "empty", tmp_path / "r2")
 
 
+def test_report_from_an_archive_equals_the_report_from_its_runs_folder(tmp_path):
+    from fedlns_sim.archive import archive
+
+    for method, losses in (("fedavg", [9.0, 5.0, 3.0]), ("fedlns", [9.0, 2.0, 2.5]), ("oracle", [9.0, 2.0, 1.5])):
+        for seed in (100, 200):
+            _fake_run(tmp_path / "runs", method, seed, losses, [9.0, 7.0, 5.0], unigram=40.0)
+    archive(tmp_path / "runs", tmp_path / "results")
+    write_report(tmp_path / "runs", tmp_path / "from-folder")
+    expected = {path.name: path.read_bytes() for path in (tmp_path / "from-folder").iterdir()}
+    assert "recovery.png" in expected and "tables.md" in expected
+    for source in ("results", "results/runs.tar.xz"):    # a results folder, or its archive named
+        out = tmp_path / f"from-{source.replace('/', '-')}"
+        write_report(tmp_path / source, out)
+        assert {path.name: path.read_bytes() for path in out.iterdir()} == expected    # tables, CSV, plots
+
+
 def test_references_paired_differences_and_recovery(tmp_path):
     """Clean (FedAvg at 0%), oracle and unigram rows; FedLNS against the strongest baseline paired by seed; the
     recovery (FedAvg - FedLNS) / (FedAvg - oracle), all computed by hand here."""

@@ -1,17 +1,15 @@
 """Results that can be checked: archive finished runs beside their tables, and re-run named cells to compare.
 
-``archive(runs, dest)`` copies every finished run's ``config.json`` (without this machine's data path: its
-``data_source`` names the text) and its ``rounds.jsonl`` (gzip-compressed, with a fixed timestamp so the same run
-always gives the same bytes) to ``dest/runs/<run name>/``, and lists in
-``dest/verify.txt`` the cells that ``verify`` re-runs. Each archived run keeps a ``state.json`` with its round
-count (no checkpoint), so archived runs copied back into a runs folder count as finished for any sweep. ``verify(dest)`` re-runs those cells from their stored
-configs and compares every recorded number except wall times, exactly.
+``archive(runs, dest)`` adds every finished run to ``dest/runs.tar.xz`` (:mod:`.runstore`; the runs it held stay,
+a run archived again is replaced): its ``config.json`` (without this machine's data path: its ``data_source``
+names the text), its ``rounds.jsonl`` and a ``state.json`` with its round count (no checkpoint), so archived runs
+extracted into a runs folder count as finished for any sweep. ``dest/verify.txt`` lists the cells that
+``verify`` re-runs. ``verify(dest)`` re-runs those cells from their stored configs and compares every recorded
+number except wall times, exactly.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import math
 import tempfile
@@ -19,58 +17,74 @@ from pathlib import Path
 
 from . import runfiles
 from .config import FAMILIES, config_from_dict
+from .runstore import ARCHIVE, read_archive, stored_runs, write_archive
 
 TIMINGS = ("client_time_s", "server_time_s", "eval_time_s")
 
 
 def archive(runs: str | Path, dest: str | Path, cells=None) -> dict:
-    """Copy finished runs under ``runs`` to ``dest/runs/`` and write ``dest/verify.txt``."""
+    """Add the finished runs under ``runs`` to ``dest/runs.tar.xz`` and write ``dest/verify.txt``.
+
+    Parameters
+    ----------
+    runs : str or Path
+        A runs folder, an archive, or a results folder holding one (see :func:`.runstore.stored_runs`).
+    dest : str or Path
+        The results folder. Runs already in its archive stay, in their order; a run archived again replaces its
+        earlier copy; new runs follow.
+    cells : list of str, optional
+        Run names for ``verify.txt``; by default :func:`default_cells` of every archived run.
+
+    Returns
+    -------
+    dict
+        ``runs``: how many runs this call archived; ``archived``: how many the archive holds; ``cells``.
+    """
     runs, dest = Path(runs), Path(dest)
-    finished = []
-    for config_path in sorted(runs.rglob("config.json")):
-        meta = json.loads(config_path.read_text())
-        if runfiles.is_finished(config_path.parent, meta["config"]["rounds"]):
-            finished.append((config_path.parent, meta))
+    finished = {name: _archived_files(name, files) for name, files in stored_runs(runs) if _is_finished(files)}
     if not finished:
         raise FileNotFoundError(f"no finished run under {runs}")
-    for folder, _ in finished:
-        # everything is read before anything is written, and every file is replaced, never written in place: the
-        # source may be an archived run itself, or hard-linked to the destination (cp -al), and must stay intact
-        meta = json.loads((folder / "config.json").read_text())
-        if meta["config"]["data"] != "synthetic":   # a folder path of this machine: the data source names the text
-            meta["config"]["data"] = ""
-        packed = _packed_records(folder)
-        # a finished run's state, without its checkpoint: copied back into a runs folder, any version of the
-        # sweep sees the run as finished and skips it
-        rounds = json.loads((folder / "state.json").read_text())["round"] if (folder / "state.json").is_file() \
-            else runfiles.read_records(folder)[-1]["round"]
-        target = dest / "runs" / folder.name
-        target.mkdir(parents=True, exist_ok=True)
-        runfiles.atomic_write(target / "config.json", json.dumps(meta, indent=2).encode())
-        runfiles.atomic_write(target / "rounds.jsonl.gz", packed)
-        runfiles.atomic_write(target / "state.json", json.dumps({"round": rounds, "checkpoint": None}).encode())
-    names = {folder.name for folder, _ in finished}
+    path = dest / ARCHIVE
+    # everything is read before anything is written, and the archive is replaced, never written in place:
+    # the source may be this archive itself
+    held = {**(read_archive(path) if path.is_file() else {}), **finished}
+    metas = {name: json.loads(files["config.json"]) for name, files in held.items()}
     if cells is None:
-        cells = default_cells([meta for _, meta in finished], [folder.name for folder, _ in finished])
-    missing = [c for c in cells if c not in names]
+        cells = default_cells(list(metas.values()), list(metas))
+    missing = [c for c in cells if c not in held]
     if missing:
-        raise ValueError(f"cells to verify are not among the finished runs: {', '.join(missing)}")
-    (dest / "verify.txt").write_text("".join(f"{cell}\n" for cell in cells))
-    return {"runs": len(finished), "cells": list(cells)}
+        raise ValueError(f"cells to verify are not among the archived runs: {', '.join(missing)}")
+    dest.mkdir(parents=True, exist_ok=True)
+    write_archive(path, held)
+    runfiles.atomic_write(dest / "verify.txt", "".join(f"{cell}\n" for cell in cells).encode())
+    return {"runs": len(finished), "archived": len(held), "cells": list(cells)}
 
 
-def _packed_records(folder: Path) -> bytes:
-    """The run's ``rounds.jsonl``, gzip-compressed with no timestamp or name (the same run, the same bytes); an
-    already archived run's ``rounds.jsonl.gz`` as it is."""
-    if not (folder / "rounds.jsonl").is_file():
-        packed = (folder / "rounds.jsonl.gz").read_bytes()
-        if not gzip.decompress(packed).strip():
-            raise ValueError(f"{folder}: its archived rounds.jsonl.gz holds no record")
-        return packed
-    buffer = io.BytesIO()
-    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as packing:
-        packing.write((folder / "rounds.jsonl").read_bytes())
-    return buffer.getvalue()
+def _is_finished(files: dict[str, bytes]) -> bool:
+    """Whether a stored run completed its rounds: by its ``state.json``, or its records when it has none."""
+    rounds = json.loads(files["config.json"])["config"]["rounds"]
+    return _completed_round(files) >= rounds
+
+
+def _completed_round(files: dict[str, bytes]) -> int:
+    """The last completed round of a stored run (0 when none)."""
+    if "state.json" in files:
+        return json.loads(files["state.json"])["round"]
+    records = runfiles.parse_records(files["rounds.jsonl"])
+    return records[-1]["round"] if records else 0
+
+
+def _archived_files(name: str, files: dict[str, bytes]) -> dict[str, bytes]:
+    """A finished run's files as the archive keeps them: the config without this machine's data folder, the
+    records as they are, and the run's state without its checkpoint (copied back into a runs folder, any version
+    of the sweep sees the run as finished and skips it)."""
+    if not runfiles.parse_records(files["rounds.jsonl"]):
+        raise ValueError(f"{name}: its rounds.jsonl holds no record")
+    meta = json.loads(files["config.json"])
+    if meta["config"]["data"] != "synthetic":   # a folder path of this machine: the data source names the text
+        meta["config"]["data"] = ""
+    return {"config.json": json.dumps(meta, indent=2).encode(), "rounds.jsonl": files["rounds.jsonl"],
+            "state.json": json.dumps({"round": _completed_round(files), "checkpoint": None}).encode()}
 
 
 def default_cells(metas: list[dict], names: list[str]) -> list[str]:
@@ -101,19 +115,19 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
 
     results = Path(results)
     names = runs or [line.strip() for line in (results / "verify.txt").read_text().splitlines() if line.strip()]
+    archived = {name: files for name, files in stored_runs(results) if name in names}
     configs, stored = [], {}
     for name in names:
-        folder = results / "runs" / name
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"{folder} holds no archived run")
-        meta = json.loads((folder / "config.json").read_text())
+        if name not in archived:
+            raise FileNotFoundError(f"{results} holds no archived run {name}")
+        meta = json.loads(archived[name]["config.json"])
         values = dict(meta["config"], **({"data": data} if data is not None else {}))
         config = config_from_dict(values)   # settings added since the run was made take their defaults
         added = sorted(set(config.to_dict()) - set(meta["config"]))
         if added:
             print(f"{name}: settings added since it was made, at their defaults: {', '.join(added)}")
         configs.append(config)
-        stored[name] = (meta, runfiles.read_records(folder))
+        stored[name] = (meta, runfiles.parse_records(archived[name]["rounds.jsonl"]))
     scratch = Path(out) if out else Path(tempfile.mkdtemp(prefix="fedlns-verify-"))
     sweep(configs, scratch, progress=False, jobs=jobs)
     current = runfiles.code_identity()["source"]

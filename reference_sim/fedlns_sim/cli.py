@@ -4,7 +4,7 @@
     fedlns-sim sweep --preset cpu --jobs 2 --out runs/cpu --report results/cpu
     fedlns-sim run --preset paper --family bert --method flame --set malicious_fraction=0.2 --device cuda
     fedlns-sim report runs/cpu --out results/cpu
-    fedlns-sim archive runs/cpu docs/results/cpu           # config + compressed rounds of every run, cells to verify
+    fedlns-sim archive runs/cpu docs/results/cpu           # finished runs into runs.tar.xz, cells to verify
     fedlns-sim verify docs/results/cpu                     # re-run those cells, compare number for number
 
 Errors in what you typed (an unknown config key, a wrong type, a missing data folder, no finished runs) are one
@@ -127,23 +127,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", formatter_class=_Formatter,
                                  help="tables (Markdown, LaTeX, CSV) and PNG plots from run files")
-    report.add_argument("runs", help="folder of run folders (or of an archive)")
+    report.add_argument("runs", help="folder of run folders, an archive (runs.tar.xz) or a results folder holding one")
     report.add_argument("--out", required=True, help="folder for the tables and plots")
     report.add_argument("--no-plots", action="store_true", help="tables only")
     report.add_argument("--allow-mixed-code", action="store_true",
                         help="put runs made by different code into one report (refused by default)")
 
     archive = commands.add_parser("archive", formatter_class=_Formatter,
-                                  help="copy every finished run's config and compressed rounds into a results folder")
-    archive.add_argument("runs", help="folder of run folders")
-    archive.add_argument("dest", help="results folder (runs go to DEST/runs/, the cells to verify to DEST/verify.txt)")
+                                  help="add every finished run's config and rounds to a results folder's archive")
+    archive.add_argument("runs", help="folder of run folders (or an archive, or a results folder holding one)")
+    archive.add_argument("dest", help="results folder (runs go into DEST/runs.tar.xz beside the runs it holds, the "
+                                      "cells to verify to DEST/verify.txt)")
     archive.add_argument("--verify-cells", default=None, type=_csv(str),
                          help="comma-separated run names to list in verify.txt (default: per family, FedLNS at the "
                               "largest fraction, IID, the first seed)")
 
     verify = commands.add_parser("verify", formatter_class=_Formatter,
                                  help="re-run the cells a results folder names and compare them number for number")
-    verify.add_argument("results", help="results folder made by `archive` (holds runs/ and verify.txt)")
+    verify.add_argument("results", help="results folder made by `archive` (holds runs.tar.xz, or runs/ in the "
+                                        "older layout, and verify.txt)")
     verify.add_argument("--run", action="append", default=None, metavar="NAME",
                         help="verify this archived run instead of verify.txt's cells; repeat for several")
     verify.add_argument("--data", default=None, help="data folder (default as for run)")
@@ -178,7 +180,8 @@ def _dispatch(args) -> int:
         from .archive import archive
 
         result = archive(args.runs, args.dest, args.verify_cells)
-        print(f"archived {result['runs']} runs into {args.dest}/runs; cells to verify: {', '.join(result['cells'])}")
+        print(f"archived {result['runs']} runs into {Path(args.dest) / 'runs.tar.xz'} ({result['archived']} in all); "
+              f"cells to verify: {', '.join(result['cells'])}")
         return 0
     if args.command == "verify":
         from .archive import verify

@@ -28,17 +28,20 @@ from .config import Config, experiment_fields
 # Source packages whose code decides a run's numbers; the simulator's reporting modules (and the report package)
 # read run files and never change a number in them, so editing them does not make earlier runs "other code".
 _CODE_PACKAGES = ("fedlns_core", "fedlns_torch", "fedlns_sim")
-_READS_RUN_FILES_ONLY = {"fedlns_sim": ("archive.py", "cli.py", "report", "sweep.py")}
+_READS_RUN_FILES_ONLY = {"fedlns_sim": ("archive.py", "cli.py", "report", "runstore.py", "sweep.py")}
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
     temporary = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)   # left only when the write failed
 
 
 def save_npz(path: Path, arrays: dict) -> None:
@@ -109,24 +112,33 @@ def read_meta(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def read_records(run_dir: Path) -> list[dict]:
-    """The per-round records of a run (only complete lines), from ``rounds.jsonl`` or an archived
-    ``rounds.jsonl.gz``."""
+def records_data(run_dir: Path) -> bytes:
+    """The bytes of a run's ``rounds.jsonl`` (of its ``rounds.jsonl.gz`` in the folder layout of earlier archives),
+    empty when it has neither."""
     path = Path(run_dir) / "rounds.jsonl"
     packed = path.with_name("rounds.jsonl.gz")
     if path.is_file():
-        text = path.read_text()
-    elif packed.is_file():
-        text = gzip.decompress(packed.read_bytes()).decode()
-    else:
-        return []
+        return path.read_bytes()
+    if packed.is_file():
+        return gzip.decompress(packed.read_bytes())
+    return b""
+
+
+def parse_records(data: bytes) -> list[dict]:
+    """The records in the bytes of a ``rounds.jsonl``, one per line, up to the first incomplete line."""
     records = []
-    for line in text.splitlines():
+    for line in data.splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             break   # a line cut by a kill; it is recomputed on resume
     return records
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    """The per-round records of a run (only complete lines), from ``rounds.jsonl`` or an archived
+    ``rounds.jsonl.gz``."""
+    return parse_records(records_data(run_dir))
 
 
 def append_record(run_dir: Path, record: dict) -> None:

@@ -1,9 +1,9 @@
-"""Run folders read into one summary per run, and the code and machines that made them.
+"""Runs read into one summary per run, and the code and machines that made them.
 
-A run folder holds ``config.json`` and ``rounds.jsonl`` (an archived run: ``rounds.jsonl.gz``). Per seed, the
-checkpoint with the lowest evaluation loss gives loss, perplexity and entropy (the paper's rule), and beside it
-the mean of the last ten rounds (how the run ends). Runs made by different code do not go into one table
-(:func:`check_same_code`).
+Runs come from a runs folder or an archive (``fedlns_sim.runstore.stored_runs``): per run, ``config.json`` and
+``rounds.jsonl``. Per seed, the checkpoint with the lowest evaluation loss gives loss, perplexity and entropy (the
+paper's rule), and beside it the mean of the last ten rounds (how the run ends). Runs made by different code do
+not go into one table (:func:`check_same_code`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import CORPUS_NAMES, FAMILY_CORPUS, FAMILY_NAMES
-from ..runfiles import read_records
+from ..runfiles import parse_records
+from ..runstore import stored_runs
 from .stats import auc, best_checkpoint, detection_rates, finite_loss, last10_loss, perplexity
 
 PAPER_ATTACK = "target_corruption"   # also the attack of runs whose config predates the setting
@@ -26,17 +27,17 @@ class MixedCodeError(ValueError):
 
 
 def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
-    """One summary per run folder under ``root``: its config, best checkpoint, last ten rounds, detection totals,
-    screening diagnostics and timings.
+    """One summary per run under ``root`` (a runs folder, an archive, or a results folder holding one): its config,
+    best checkpoint, last ten rounds, detection totals, screening diagnostics and timings.
 
     Runs still in progress (fewer records than rounds) are left out unless ``finished_only=False``: a table must
     not mix a method's 40-round result with another's 12-round one.
     """
     summaries = []
-    for config_path in sorted(Path(root).rglob("config.json")):
-        meta = json.loads(config_path.read_text())
+    for name, files in stored_runs(root):
+        meta = json.loads(files["config.json"])
         config = meta["config"]
-        records = read_records(config_path.parent)
+        records = parse_records(files["rounds.jsonl"])
         trained = [r for r in records if r["round"] >= 1]
         if not trained or (finished_only and trained[-1]["round"] < config["rounds"]):
             continue
@@ -47,7 +48,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
         active = [r["round"] for r in trained if r.get("active", True) and r.get("decided", True)]
         code = meta.get("code") or {}
         summaries.append({
-            "run": config_path.parent.name, "family": config["family"], "partition": config["partition"],
+            "run": name, "family": config["family"], "partition": config["partition"],
             "method": config["method"], "fraction": config["malicious_fraction"], "seed": config["seed"],
             "attack": config.get("attack", PAPER_ATTACK),
             "backdoor_asr": _mean_or_nan([r.get("backdoor_asr") for r in last]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from ..runstore import run_names, source_name
 from .compare import attack_matrix, clean_cost_rows, matrix_references, paired_rows, recovery_rows
 from .load import check_same_code, load_runs, machines_text
 from .markdown import (attack_matrix_markdown, clean_cost_markdown, detection_markdown, glance_markdown,
@@ -28,7 +29,7 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
     out.mkdir(parents=True, exist_ok=True)
     # run folders without a finished run's records (in progress, failed, or damaged): named, never silently dropped
     kept = {s["run"] for s in summaries}
-    left_out = sorted(path.parent.name for path in Path(root).rglob("config.json") if path.parent.name not in kept)
+    left_out = [name for name in run_names(root) if name not in kept]
     tables = fraction_tables(summaries) + gmm_tables(summaries) + bank_tables(summaries)
     paired, recovered = paired_rows(summaries), recovery_rows(summaries)
     sources = sorted({s["data_source"] for s in summaries if s["data_source"]})
@@ -36,8 +37,8 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
                f"fedlns-core {code['version']}, source hash `{code['source']}`, commit "
                f"`{(code['commit'] or 'unknown')[:12]}`" + (" with uncommitted changes" if code["dirty"] else ""))
     markdown = ["# Results", "",
-                f"Made by `fedlns_sim.report` from the run files under `{Path(root).name}/` ({len(summaries)} finished "
-                f"runs" + (f"; {len(left_out)} left out, unfinished or without records" if left_out else "")
+                f"Made by `fedlns_sim.report` from the run files under `{source_name(root)}/` ({len(summaries)} "
+                f"finished runs" + (f"; {len(left_out)} left out, unfinished or without records" if left_out else "")
                 + f"), all run by {made_by}, on {machines_text(summaries)}. "
                 "Per seed, the checkpoint with the lowest evaluation loss (best) and the mean of the last 10 rounds "
                 "(for perplexity: exp of the mean loss); mean ± sample standard deviation over seeds (no ± with one "
