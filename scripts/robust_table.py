@@ -17,7 +17,8 @@ The targets checked (for GPT IID, the twelve original attacks and the three new 
 * clean cost: without attackers, paired by seed against clean FedAvg, mean at most +1% and the 95% interval's
   upper end at most +3%.
 
-Usage: python scripts/robust_table.py RUNS [SEEDS]     (SEEDS: comma-separated, default 100,200,300)
+Usage: python scripts/robust_table.py RUNS [SEEDS]   (RUNS: a runs folder, or a results folder such as
+docs/results/robust-pending; SEEDS: comma-separated, default 100,200,300)
 """
 
 from __future__ import annotations
