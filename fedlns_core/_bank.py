@@ -281,9 +281,6 @@ class HistoryBank:
     def _settings(self) -> dict:
         return validate_settings("HistoryBank", {name: getattr(self, name) for name in _BANK_SETTINGS})
 
-    def _check_params(self) -> None:
-        self._settings()
-
     def _unflatten(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         out, offset = {}, 0
         for key, shape in zip(self._keys or (), self._shapes or ()):

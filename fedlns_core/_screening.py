@@ -437,7 +437,7 @@ class FedLNS:
             counter. Bad *client* input is never raised: the client is rejected with an
             ``"invalid: ..."`` reason and the round goes on.
         """
-        settings = self.validate_params()
+        settings = self._settings_in_use()
         if not isinstance(client_params, Mapping) or not isinstance(num_examples, Mapping):
             raise TypeError("client_params and num_examples must be mappings keyed by client id")
         global_params = check_global_params(global_params)
@@ -657,12 +657,16 @@ class FedLNS:
         if settings["max_clients"] is not None and settings["max_clients"] < settings["activation_threshold"]:
             raise ValueError(f"max_clients={settings['max_clients']} is below activation_threshold="
                              f"{settings['activation_threshold']}: screening could never start")
+        return settings
+
+    def _settings_in_use(self) -> dict[str, Any]:
+        """:meth:`validate_params`, and the bank set to the settings it shares (changed since its creation only
+        by assigning the screener's attributes)."""
+        settings = self.validate_params()
         bank = self.bank
         bank.ema, bank.max_clients, bank.random_state = (settings["ema"], settings["max_clients"],
                                                          settings["random_state"])
         return settings
-
-    _check_params = validate_params
 
     # ------------------------------------------------------------------------------------- persistence
     def get_params(self) -> dict[str, Any]:
@@ -673,7 +677,7 @@ class FedLNS:
 
     def save(self, path) -> None:
         """Write settings, history bank and round counter to ``path`` (``.npz``; atomic; no pickle)."""
-        settings = self.validate_params()
+        settings = self._settings_in_use()
         settings["selector"] = None if settings["selector"] is None else settings["selector"].to_config()
         bank_header, arrays = self.bank._state()
         header = {"params": settings, "round": self.round_, "bank": bank_header, "sketch_seed": self._sketch_seed}

@@ -289,3 +289,15 @@ def test_non_finite_value_deep_in_a_large_array_is_found(dtype, bad):
     result = FedLNS.paper(activation_threshold=0, random_state=0).screen(g, clients, counts_for(clients))
     assert result.rejected[4] == "invalid: non-finite values in 'wte.weight'"
     assert 5 not in result.rejected or not result.rejected[5].startswith("invalid")
+
+
+def test_validate_params_changes_nothing():
+    screener = FedLNS.paper(activation_threshold=2)
+    bank = screener.bank
+    screener.ema = 0.5
+    assert screener.validate_params()["ema"] == 0.5
+    assert bank.ema == 0.0                              # only checked
+    rng = np.random.default_rng(0)
+    clients = {i: {"h.0.ln_1.weight": 1 + 0.01 * rng.standard_normal(4)} for i in range(3)}
+    screener.screen({"h.0.ln_1.weight": np.ones(4)}, clients, {i: 1 for i in clients})
+    assert bank.ema == 0.5                              # in use from the next screened round
