@@ -11,11 +11,12 @@ from sklearn.mixture import GaussianMixture
 from threadpoolctl import ThreadpoolController
 
 from ._diagmix import DiagonalMixture, fit_diagonal_mixture
+from ._settings import options
 
-_COMPONENTS = ("bic", "two")
+_COMPONENTS = options("components")
 #: Mixture solvers: ``"fast"`` (:func:`fit_diagonal_mixture`, built for N << D) and ``"sklearn"``
 #: (scikit-learn's ``GaussianMixture``, the reference).
-SOLVERS = ("fast", "sklearn")
+SOLVERS = options("mixture_solver")
 _THREADPOOLS = None
 
 

@@ -106,6 +106,20 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
 }
 
 
+def options(name: str) -> tuple[str, ...]:
+    """The string values a setting of :data:`PARAMETER_CONSTRAINTS` accepts (its :class:`Options`).
+
+    Examples
+    --------
+    >>> options("mixture_solver")
+    ('fast', 'sklearn')
+    """
+    for constraint in PARAMETER_CONSTRAINTS[name]:
+        if isinstance(constraint, Options):
+            return constraint.values
+    raise ValueError(f"setting {name!r} takes no fixed set of strings")
+
+
 def validate_settings(owner: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """Check ``settings`` against :data:`PARAMETER_CONSTRAINTS`; return them as plain Python values.
 
