@@ -65,3 +65,10 @@ def test_every_preset_has_sweep_defaults():
     from fedlns_sim.config import PRESETS
 
     assert set(SWEEP_DEFAULTS) == set(PRESETS)   # `fedlns-sim sweep --preset quick` once failed with KeyError
+
+
+def test_mixture_solvers_are_the_cores():
+    from fedlns_core._settings import options
+    from fedlns_sim.config import MIXTURE_SOLVERS
+
+    assert MIXTURE_SOLVERS == options("mixture_solver")
