@@ -20,7 +20,7 @@ from fedlns_core.experimental import lora_signature
 
 from . import finetune, runfiles
 from .attacks import make_attack
-from .client import TrainingJob, train_client, train_clients_batched, why_not_batched
+from .client import TrainingJob, train_clients, why_not_batched
 from .config import Config
 from .data import IGNORE, build_corpus, evaluation_set, resolve_data_dir
 from .methods import aggregate_round, make_screener
@@ -154,21 +154,13 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
         # clients train from the global weights; the attack decides how malicious ones train, then what they send
         tic = time.perf_counter()
         client_params, num_examples, train_losses = {}, {}, {}
-        if batched:    # every training the round needs, in one batched model, then looked up per client
-            jobs = [(client, poisoned) for client in sampled for poisoned in _trainings(attack, client in malicious,
-                                                                                       global_params, norm_keys)]
-            results = dict(zip(jobs, train_clients_batched(
-                model, global_params, [TrainingJob(corpus.train[partition[c]], attack if poisoned else None,
-                                                   config.seed, t, c) for c, poisoned in jobs],
-                config, corpus.task, corpus.tokenizer, device)))
+        trainings = {c: attack.trainings if c in malicious else ("clean",) for c in sampled}
+        jobs = [TrainingJob(corpus.train[partition[c]], attack if kind == "poisoned" else None, config.seed, t, c)
+                for c in sampled for kind in trainings[c]]
+        results = train_clients(model, global_params, jobs, config, corpus.task, corpus.tokenizer, device, batched)
         for client in sampled:
-            def train(poisoned, client=client):
-                if batched:
-                    return results[(client, poisoned)]
-                return train_client(model, global_params, corpus.train[partition[client]], config, corpus.task,
-                                    corpus.tokenizer, attack=attack if poisoned else None, seed=config.seed,
-                                    round_index=t, client=client, device=device)
-            trained = attack.train(train, global_params, norm_keys) if client in malicious else train(False)
+            own = {kind: next(results) for kind in trainings[client]}
+            trained = attack.local_result(own, global_params, norm_keys) if client in malicious else own["clean"]
             client_params[client], num_examples[client], train_losses[client] = trained
         attack.server = _server_probe(config, screener, global_params, num_examples, t, malicious)
         client_params = attack.craft(global_params, client_params, [c for c in sampled if c in malicious],
@@ -222,21 +214,6 @@ def _server_probe(config, screener, global_params, num_examples, t, malicious):
         probe = copy.deepcopy(screener)
         return aggregate_round(config, probe, global_params, client_params, num_examples, t, malicious).params
     return server
-
-
-def _trainings(attack, malicious: bool, global_params: dict, norm_keys) -> list[bool]:
-    """Which local trainings (poisoned or not) a client asks for this round: a benign client one clean one, an
-    attacker whatever its attack's ``train`` calls (found by calling it with a stand-in that only records)."""
-    if not malicious:
-        return [False]
-    asked = []
-
-    def record(poisoned):
-        asked.append(bool(poisoned))
-        return {k: np.array(v, copy=True) for k, v in global_params.items()}, 1.0, 0.0
-
-    attack.train(record, global_params, norm_keys)
-    return list(dict.fromkeys(asked))
 
 
 def _norm_keys(params: dict) -> frozenset:
