@@ -71,8 +71,8 @@ class Attack:
     2. keeps one result, ``local_result(trained, ...)``, from them;
     3. then, together with the round's other attackers, sends what ``craft`` makes of every client's result.
 
-    A new attack declares ``trainings`` and overrides only the hooks it changes; the run does the training and
-    calls the hooks, so an attack never trains by itself.
+    A new attack declares ``trainings`` (and ``white_box``, to search against the server) and overrides only the
+    hooks it changes; the run does the training and calls the hooks, so an attack never trains by itself.
     """
 
     name = "none"
@@ -80,6 +80,10 @@ class Attack:
     #: The local trainings a malicious client runs each round, in this order: ``"poisoned"`` (``apply`` on every
     #: batch) or ``"clean"`` (honest training, as a benign client's).
     trainings: tuple[str, ...] = ("poisoned",)
+
+    #: True for a white-box attack: ``craft`` is then also given ``server``, the round's server step as a function
+    #: ``server(client_params) -> new global params``, run on a copy of the server's state.
+    white_box = False
 
     def __init__(self, tokenizer: Tokenizer, config=None):
         self.tokenizer = tokenizer
@@ -105,10 +109,6 @@ class Attack:
     def metrics(self, model, eval_blocks: np.ndarray, task: str, device: str) -> dict:
         """Extra measurements of the global model after a round."""
         return {}
-
-    #: ``server(client_params) -> new global params``: the round's server step on a copy of its state, set by
-    #: the run before ``craft`` (white-box attacks search against it); None outside a run.
-    server = None
 
 
 # ------------------------------------------------------------------------------------------ data poisoning
@@ -502,10 +502,11 @@ class IPMSearch(_Colluding):
     """Inner product manipulation with the scale searched against the server's own step each round."""
 
     name = "ipm_search"
+    white_box = True
     GRID = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
-    def craft(self, global_params, client_params, malicious, norm_keys, rng):
-        if not malicious or self.server is None or len(malicious) == len(client_params):
+    def craft(self, global_params, client_params, malicious, norm_keys, rng, server=None):
+        if not malicious or server is None or len(malicious) == len(client_params):
             return super().craft(global_params, client_params, malicious, norm_keys, rng)
         keys = sorted(global_params)
         benign = np.stack([_flat(_updates(global_params, p), keys) for c, p in client_params.items()
@@ -515,7 +516,7 @@ class IPMSearch(_Colluding):
         for gamma in self.GRID:
             crafted = _model(global_params, _unflat(-gamma * mean, global_params, keys))
             sent = {c: (crafted if c in malicious else p) for c, p in client_params.items()}
-            aggregate = _flat(_updates(global_params, self.server(sent)), keys)
+            aggregate = _flat(_updates(global_params, server(sent)), keys)
             distance = float(np.linalg.norm(aggregate - mean))
             if distance > best_distance:
                 best, best_distance = sent, distance

@@ -162,9 +162,10 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             own = {kind: next(results) for kind in trainings[client]}
             trained = attack.local_result(own, global_params, norm_keys) if client in malicious else own["clean"]
             client_params[client], num_examples[client], train_losses[client] = trained
-        attack.server = _server_probe(config, screener, global_params, num_examples, t, malicious)
+        white_box = ({"server": _server_view(config, screener, global_params, num_examples, t, malicious)}
+                     if attack.white_box else {})
         client_params = attack.craft(global_params, client_params, [c for c in sampled if c in malicious],
-                                     norm_keys, stream_rng(config.seed, "attack", t))
+                                     norm_keys, stream_rng(config.seed, "attack", t), **white_box)
         client_time = time.perf_counter() - tic
 
         # the server step of the method
@@ -206,7 +207,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     return run_dir
 
 
-def _server_probe(config, screener, global_params, num_examples, t, malicious):
+def _server_view(config, screener, global_params, num_examples, t, malicious):
     """The round's server step on a copy of the server's state: what a white-box attacker searches against."""
     import copy
 
