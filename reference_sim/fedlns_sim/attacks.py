@@ -66,13 +66,16 @@ class Attack:
 
     Each round, every malicious client of the round, in this order:
 
-    1. runs the local trainings of ``trainings``, each from the global weights on its own data: ``"poisoned"``
-       with ``apply`` rewriting every batch, ``"clean"`` without;
-    2. keeps one result, ``local_result(trained, ...)``, from them;
-    3. then, together with the round's other attackers, sends what ``craft`` makes of every client's result.
+    1. runs the local trainings declared in ``trainings``, each from the global weights on its own data:
+       ``"poisoned"`` with ``apply`` rewriting every batch, ``"clean"`` without;
+    2. keeps one result of them, ``local_result``;
+    3. then, with the round's other attackers, sends what ``craft`` makes of every client's result (an attack
+       that declares ``white_box`` also gets the server's step to search against).
 
-    A new attack declares ``trainings`` (and ``white_box``, to search against the server) and overrides only the
-    hooks it changes; the run does the training and calls the hooks, so an attack never trains by itself.
+    After the server's step, ``metrics`` measures the new global model. A new attack declares ``trainings`` (and
+    ``white_box``) and overrides only the hooks it changes: the run does the training and calls the hooks, so an
+    attack never trains by itself. ``norm_keys``, given to the hooks, are the parameters FedLNS's default
+    selector puts in its signature: what an attacker who knows FedLNS targets.
     """
 
     name = "none"
