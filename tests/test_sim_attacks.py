@@ -115,6 +115,13 @@ def test_the_registry_and_the_config_list_the_same_attacks():
         make_config("smoke", "gpt", attack="label_flip")
 
 
+def test_every_attack_declares_its_trainings_by_the_two_known_kinds():
+    for attack in ATTACKS.values():
+        assert attack.trainings and set(attack.trainings) <= {"clean", "poisoned"}, attack.name
+        assert len(set(attack.trainings)) == len(attack.trainings), attack.name
+    assert ATTACKS["sign_flip"].trainings == ("clean",) and ATTACKS["target_corruption"].trainings == ("poisoned",)
+
+
 @pytest.mark.parametrize("name", ["sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax"])
 def test_model_poisoning_changes_only_the_attackers_and_is_deterministic(name):
     global_params, clients, malicious = _round()
@@ -154,9 +161,7 @@ def test_model_poisoning_formulas_by_hand():
 def test_scaling_trains_on_poisoned_data_then_boosts():
     global_params, clients, malicious = _round()
     attack = make_attack("scaling", TOKENIZER, _config(clients_per_round=10))
-    calls = []
-    attack.train(lambda poisoned: calls.append(poisoned), global_params, NORMS)
-    assert calls == [True]
+    assert attack.trainings == ("poisoned",)
     sent = attack.craft(global_params, clients, malicious, NORMS, np.random.default_rng(0))
     assert np.allclose(_update(global_params, sent[malicious[0]]), 10 * _update(global_params, clients[malicious[0]]),
                        atol=1e-5)
@@ -167,11 +172,14 @@ def test_adaptive_attacks_shape_exactly_the_normalization_change():
     config = _config(clients_per_round=10)
     clean = {k: v + 0.5 for k, v in global_params.items()}
     poisoned = {k: v - 0.5 for k, v in global_params.items()}
-    trainer = lambda is_poisoned: (poisoned if is_poisoned else clean, 8.0, 1.0)  # noqa: E731
-    spliced, n, _ = make_attack("norm_mimicry", TOKENIZER, config).train(trainer, global_params, NORMS)
+    trained = {"clean": (clean, 7.0, 2.0), "poisoned": (poisoned, 8.0, 1.0)}
+    mimicry = make_attack("norm_mimicry", TOKENIZER, config)
+    assert mimicry.trainings == ("clean", "poisoned")
+    spliced, n, _ = mimicry.local_result(trained, global_params, NORMS)
     assert np.array_equal(spliced["ln.weight"], clean["ln.weight"]) and np.array_equal(spliced["w"], poisoned["w"])
     assert n == 8.0
-    frozen, _, _ = make_attack("norm_freeze", TOKENIZER, config).train(trainer, global_params, NORMS)
+    freeze = make_attack("norm_freeze", TOKENIZER, config)
+    frozen, _, _ = freeze.local_result({"poisoned": trained["poisoned"]}, global_params, NORMS)
     assert np.array_equal(frozen["ln.weight"], global_params["ln.weight"]) and np.array_equal(frozen["w"], poisoned["w"])
     sent = make_attack("decoy", TOKENIZER, config).craft(global_params, clients, malicious, NORMS, None)
     decoy, other = min(malicious), malicious[1]
@@ -212,8 +220,9 @@ def test_attacks_against_the_support_rule():
     attack = make_attack("ipm_search", TOKENIZER, config)
     plain = attack.craft(global_params, clients, malicious, NORMS, None)
     assert np.allclose(_update(global_params, plain[malicious[0]]), -0.1 * mean, atol=1e-6)
-    attack.server = lambda sent: {k: np.mean([p[k] for p in sent.values()], axis=0) for k in global_params}
-    searched = attack.craft(global_params, clients, malicious, NORMS, None)
+    assert attack.white_box and not any(ATTACKS[name].white_box for name in ATTACKS if name != "ipm_search")
+    fedavg = lambda sent: {k: np.mean([p[k] for p in sent.values()], axis=0) for k in global_params}  # noqa: E731
+    searched = attack.craft(global_params, clients, malicious, NORMS, None, server=fedavg)
     assert np.allclose(_update(global_params, searched[malicious[0]]), -16 * mean, rtol=1e-4, atol=1e-4)
 
 

@@ -1,9 +1,10 @@
-"""Client attacks, behind one interface with three hooks.
+"""Client attacks, behind one interface (``Attack``: what a malicious client declares and does each round).
 
-An attack decides how a malicious client trains (``train``: on poisoned batches by default, through ``apply``,
-which rewrites one batch), and may then replace the returned models of the round's malicious clients together
-(``craft``: model poisoning by colluding attackers). ``metrics`` adds attack-specific measurements of the global
-model (the backdoor's success rate). Names are fixed: runs and tables refer to them.
+An attack declares which local trainings a malicious client runs (``trainings``: poisoned, through ``apply``, which
+rewrites one batch, or clean), keeps one model from them (``local_result``), and may then replace the models of
+the round's malicious clients together (``craft``: model poisoning by colluding attackers). ``metrics`` adds
+attack-specific measurements of the global model (the backdoor's success rate). Names are fixed: runs and tables
+refer to them.
 
 Data poisoning
   ``target_corruption``  the paper's attack (``tab:app_attack_config``): inputs unchanged, each supervised target
@@ -45,7 +46,7 @@ round's benign updates, and ``ipm_search`` runs the server's own step; only the 
                     between the server's actual aggregate (its own step, run on a copy of its state) and the
                     benign mean (the "optimal IPM" of ByzFL, written here as a grid search).
 
-To add one: subclass ``Attack``, override what it changes, register it in ``ATTACKS``.
+To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
 
 from __future__ import annotations
@@ -61,9 +62,31 @@ from .data import IGNORE, Tokenizer, valid_target_ids
 
 
 class Attack:
-    """The interface; the base class is an honest client (nothing poisoned)."""
+    """The interface; the base class is an honest client (nothing poisoned).
+
+    Each round, every malicious client of the round, in this order:
+
+    1. runs the local trainings declared in ``trainings``, each from the global weights on its own data:
+       ``"poisoned"`` with ``apply`` rewriting every batch, ``"clean"`` without;
+    2. keeps one result of them, ``local_result``;
+    3. then, with the round's other attackers, sends what ``craft`` makes of every client's result (an attack
+       that declares ``white_box`` also gets the server's step to search against).
+
+    After the server's step, ``metrics`` measures the new global model. A new attack declares ``trainings`` (and
+    ``white_box``) and overrides only the hooks it changes: the run does the training and calls the hooks, so an
+    attack never trains by itself. ``norm_keys``, given to the hooks, are the parameters FedLNS's default
+    selector puts in its signature: what an attacker who knows FedLNS targets.
+    """
 
     name = "none"
+
+    #: The local trainings a malicious client runs each round, in this order: ``"poisoned"`` (``apply`` on every
+    #: batch) or ``"clean"`` (honest training, as a benign client's).
+    trainings: tuple[str, ...] = ("poisoned",)
+
+    #: True for a white-box attack: ``craft`` is then also given ``server``, the round's server step as a function
+    #: ``server(client_params) -> new global params``, run on a copy of the server's state.
+    white_box = False
 
     def __init__(self, tokenizer: Tokenizer, config=None):
         self.tokenizer = tokenizer
@@ -74,10 +97,11 @@ class Attack:
         """One batch of a malicious client -> poisoned (inputs, targets); must not modify its arguments."""
         return inputs, targets
 
-    def train(self, train, global_params: dict, norm_keys) -> tuple[dict, float, float]:
-        """How a malicious client trains. ``train(poisoned)`` runs the client's local training on its own data,
-        with this attack's ``apply`` on every batch or without; returns (params, n examples, mean loss)."""
-        return train(True)
+    def local_result(self, trained: dict, global_params: dict, norm_keys) -> tuple[dict, float, float]:
+        """What a malicious client keeps from its trainings: ``trained`` maps each of ``trainings`` to its
+        (params, n examples, mean loss); returns one such triple. Default: the result of the one training."""
+        (result,) = trained.values()
+        return result
 
     def craft(self, global_params: dict, client_params: dict, malicious: list, norm_keys,
               rng: np.random.Generator) -> dict:
@@ -88,10 +112,6 @@ class Attack:
     def metrics(self, model, eval_blocks: np.ndarray, task: str, device: str) -> dict:
         """Extra measurements of the global model after a round."""
         return {}
-
-    #: ``server(client_params) -> new global params``: the round's server step on a copy of its state, set by
-    #: the run before ``craft`` (white-box attacks search against it); None outside a run.
-    server = None
 
 
 # ------------------------------------------------------------------------------------------ data poisoning
@@ -224,8 +244,7 @@ class _Colluding(Attack):
     the benign clients' updates (``benign``: (n_benign, P)) or, in a round with no benign client, from the
     attackers' own."""
 
-    def train(self, train, global_params, norm_keys):
-        return train(False)
+    trainings = ("clean",)
 
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
         if not malicious:
@@ -254,9 +273,7 @@ class SignFlip(_Colluding):
 
 class Scaling(_Colluding):
     name = "scaling"
-
-    def train(self, train, global_params, norm_keys):
-        return train(True)                                   # poisoned training, then boosted
+    trainings = ("poisoned",)                                # poisoned training, then boosted
 
     def crafted(self, benign, own, n, f, rng):
         scale = self.config.attack_scale if self.config.attack_scale > 0 else float(n)
@@ -343,10 +360,11 @@ class NormMimicry(TargetCorruption):
     """Normalization parameters from a clean run, everything else from a corrupted one."""
 
     name = "norm_mimicry"
+    trainings = ("clean", "poisoned")
 
-    def train(self, train, global_params, norm_keys):
-        clean, _, _ = train(False)
-        poisoned, n_examples, loss = train(True)
+    def local_result(self, trained, global_params, norm_keys):
+        clean, _, _ = trained["clean"]
+        poisoned, n_examples, loss = trained["poisoned"]
         return {k: clean[k] if k in norm_keys else poisoned[k] for k in poisoned}, n_examples, loss
 
 
@@ -355,8 +373,8 @@ class NormFreeze(TargetCorruption):
 
     name = "norm_freeze"
 
-    def train(self, train, global_params, norm_keys):
-        poisoned, n_examples, loss = train(True)
+    def local_result(self, trained, global_params, norm_keys):
+        poisoned, n_examples, loss = trained["poisoned"]
         return {k: np.array(global_params[k], copy=True) if k in norm_keys else v for k, v in poisoned.items()}, \
             n_examples, loss
 
@@ -487,10 +505,11 @@ class IPMSearch(_Colluding):
     """Inner product manipulation with the scale searched against the server's own step each round."""
 
     name = "ipm_search"
+    white_box = True
     GRID = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
-    def craft(self, global_params, client_params, malicious, norm_keys, rng):
-        if not malicious or self.server is None or len(malicious) == len(client_params):
+    def craft(self, global_params, client_params, malicious, norm_keys, rng, server=None):
+        if not malicious or server is None or len(malicious) == len(client_params):
             return super().craft(global_params, client_params, malicious, norm_keys, rng)
         keys = sorted(global_params)
         benign = np.stack([_flat(_updates(global_params, p), keys) for c, p in client_params.items()
@@ -500,7 +519,7 @@ class IPMSearch(_Colluding):
         for gamma in self.GRID:
             crafted = _model(global_params, _unflat(-gamma * mean, global_params, keys))
             sent = {c: (crafted if c in malicious else p) for c, p in client_params.items()}
-            aggregate = _flat(_updates(global_params, self.server(sent)), keys)
+            aggregate = _flat(_updates(global_params, server(sent)), keys)
             distance = float(np.linalg.norm(aggregate - mean))
             if distance > best_distance:
                 best, best_distance = sent, distance

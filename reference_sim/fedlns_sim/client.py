@@ -1,5 +1,6 @@
 """Local training of the clients (Algorithm ClientLocalTrain): one client at a time (``train_client``), or the
-clients of a round together as one batched model (``train_clients_batched``, config ``batch_clients``)."""
+clients of a round together as one batched model (``train_clients_batched``, config ``batch_clients``); a round's
+trainings go through ``train_clients``, which does either."""
 
 from __future__ import annotations
 
@@ -67,6 +68,19 @@ def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray
         n_examples += len(inputs)
         losses.append(loss.item())
     return get_params(model), float(n_examples), float(np.mean(losses))
+
+
+def train_clients(model, global_params: dict[str, np.ndarray], jobs: list, config, task: str, tokenizer,
+                  device: str = "cpu", batched: bool = False):
+    """Train the clients of ``jobs`` (:class:`TrainingJob`); yields what :func:`train_client` returns, per job, in
+    order: all together as one batched model (``batched``, :func:`train_clients_batched`), or one at a time, each
+    when its result is asked for (so only the results taken so far are held)."""
+    if batched:
+        yield from train_clients_batched(model, global_params, jobs, config, task, tokenizer, device)
+        return
+    for job in jobs:
+        yield train_client(model, global_params, job.blocks, config, task, tokenizer, attack=job.attack,
+                           seed=job.seed, round_index=job.round_index, client=job.client, device=device)
 
 
 # ------------------------------------------------------------------------------------------ batched clients

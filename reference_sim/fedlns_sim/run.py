@@ -1,4 +1,6 @@
-"""One federated run, top to bottom: data, partition, model, then the round loop.
+"""One federated run, top to bottom: set-up (data, partition, attack, model), the run folder and resume, then
+the round loop: the clients train and send, the server steps, the new global model is evaluated, the round is
+recorded.
 
 The files of a run (config record, rounds.jsonl, state, checkpoints) are written by ``runfiles``. Every random
 draw is a pure function of (seed, stream, round, client) (``seeds``): client sampling, batch order, masking,
@@ -9,21 +11,23 @@ screener and the round counter, written atomically each round.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from fedlns_core import NormSelector
+from fedlns_core import FedLNS, NormSelector
 from fedlns_core.experimental import lora_signature
 
 from . import finetune, runfiles
-from .attacks import make_attack
-from .client import TrainingJob, train_client, train_clients_batched, why_not_batched
+from .attacks import Attack, make_attack
+from .client import TrainingJob, train_clients, why_not_batched
 from .config import Config
-from .data import IGNORE, build_corpus, evaluation_set, resolve_data_dir
-from .methods import aggregate_round, make_screener
+from .data import IGNORE, Corpus, build_corpus, evaluation_set, resolve_data_dir
+from .methods import RoundOutcome, aggregate_round, make_screener
 from .metrics import detection_counts, evaluate, unigram_perplexity
 from .models import build_model, count_params, get_params, set_params
 from .partitions import choose_malicious, make_partition, sample_clients
@@ -61,6 +65,34 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@dataclass
+class _Federation:
+    """What a run sets up once and reads every round."""
+
+    config: Config
+    device: str
+    corpus: Corpus
+    partition: list              # client -> the indices of its training blocks
+    malicious: frozenset         # the fixed malicious clients
+    attack: Attack
+    model: torch.nn.Module       # the working model: clients train in it, the global model is evaluated in it
+    norm_keys: frozenset         # what FedLNS sees; adaptive attacks target it
+    eval_inputs: torch.Tensor
+    eval_targets: torch.Tensor
+    batched: bool                # a round's clients train as one batched model (client.py)
+
+
+@dataclass
+class _Server:
+    """The server between rounds: what a checkpoint holds (the last completed round, the global weights, the FedLNS
+    screener or None), and the round in which each client last sent a model (for the bank-entry ages)."""
+
+    round: int
+    global_params: dict
+    screener: FedLNS | None
+    last_seen: dict
+
+
 def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_after: int | None = None) -> Path:
     """Run (or resume) one simulation; returns its folder.
 
@@ -69,174 +101,205 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     before the data and the model are ready, so a run that fails to start leaves no folder behind.
     ``stop_after`` ends early after that many rounds (used by the tests to simulate a kill).
     """
+    from tqdm.auto import tqdm
+
     config = config.validate()
     run_dir = Path(out) / config.run_name()
     runfiles.check_same_run(run_dir, config.to_dict())
     if runfiles.is_finished(run_dir, config.rounds):
         return run_dir
+    federation = _set_up(config, Path(out))
+    _open_folder(run_dir, federation)
+    server = _resume(run_dir, federation)
+    with tqdm(range(server.round + 1, config.rounds + 1), initial=server.round, total=config.rounds,
+              disable=not progress, desc=config.run_name()[:48], leave=False) as bar:
+        for t in bar:
+            sampled = sample_clients(config.num_clients, config.clients_per_round, config.seed, t)
+            (sent, num_examples, train_loss), client_time = _timed(_clients_send, federation, server, t, sampled)
+            outcome, server_time = _timed(_server_step, federation, server, sent, num_examples, t)
+            if server.screener is not None:   # FedLNS's diagnostics: bank-entry ages, the signatures it saw
+                outcome.info.update(_bank_ages(server.last_seen, sampled, t))
+                if config.record_signatures:
+                    _save_signatures(run_dir, t, config, server, sent, outcome.info["signature_keys"])
+            server.round, server.global_params = t, outcome.params
+            metrics, eval_time = _timed(_evaluate, federation, server.global_params)
+            times = {"client_time_s": client_time, "server_time_s": server_time, "eval_time_s": eval_time}
+            runfiles.append_record(run_dir, _record(t, sampled, federation.malicious, metrics, outcome, train_loss,
+                                                    times))
+            runfiles.save_state(run_dir, server.round, server.global_params, server.screener)
+            bar.set_postfix(ppl=f"{metrics['perplexity']:.1f}")
+            if stop_after is not None and t >= stop_after:
+                break
+    return run_dir
+
+
+# ------------------------------------------------------------------------------------------ set-up and resume
+
+def _set_up(config: Config, out: Path) -> _Federation:
+    """Everything a run reads before its first round: the device, the data and the clients' share of it, the
+    malicious set, the attack, the initial model and the evaluation set. Writes nothing but caches under ``out``."""
     device = pick_device(config.device)
     if config.threads:
         torch.set_num_threads(config.threads)
-
-    # ---- data, partition, attack
-    data_dir = resolve_data_dir(config.data)
-    cache = Path(out) / "_cache"
+    data_dir, cache = resolve_data_dir(config.data), out / "_cache"
     corpus = build_corpus(config, data_dir, cache, tokenizer=finetune.base_tokenizer(config, data_dir, cache))
     partition = make_partition(config.partition, len(corpus.train), config.num_clients, config.seed)
     malicious = choose_malicious(config.num_clients, config.num_malicious, config.seed)
     attack = make_attack(config.attack, corpus.tokenizer, config)
-
-    # ---- model: the same initial weights for every method of a seed
-    torch.manual_seed(config.seed)
-    model = build_model(config, corpus.tokenizer.vocab_size)
-    if config.pretrain_corpus:   # the fine-tuning scenario: start from the (cached) pretrained base model
-        set_params(model, finetune.pretrained_base(config, corpus.tokenizer, data_dir, cache, device))
-    if config.peft:              # clients train and send a PEFT payload; the server holds the same kind of dict
-        torch.manual_seed(config.seed)
-        model = finetune.wrap_peft(model, config)
-    model = model.to(device)
-    global_params = get_params(model)
-    norm_keys = _norm_keys(global_params)   # what FedLNS sees; adaptive attacks target it
-    screener = make_screener(config)
+    model = _initial_model(config, corpus.tokenizer, data_dir, cache, device)
     eval_inputs, eval_targets = evaluation_set(corpus.eval, corpus.task, corpus.tokenizer, config.mlm_probability,
                                                config.eval_masks, stream_seed(config.seed, "eval_masks"))
+    return _Federation(config, device, corpus, partition, malicious, attack, model, _norm_keys(get_params(model)),
+                       eval_inputs, eval_targets, _batched(model, config))
 
-    # ---- the run folder: created only now that everything needed has loaded
+
+def _initial_model(config: Config, tokenizer, data_dir, cache: Path, device: str) -> torch.nn.Module:
+    """The model every method of a seed starts from, on ``device``: built from the seed, or in the fine-tuning
+    scenario the (cached) pretrained base model; wrapped when clients train and send a PEFT payload (the server
+    then holds the same kind of dict)."""
+    torch.manual_seed(config.seed)
+    model = build_model(config, tokenizer.vocab_size)
+    if config.pretrain_corpus:
+        set_params(model, finetune.pretrained_base(config, tokenizer, data_dir, cache, device))
+    if config.peft:
+        torch.manual_seed(config.seed)
+        model = finetune.wrap_peft(model, config)
+    return model.to(device)
+
+
+def _batched(model, config: Config) -> bool:
+    """Whether a round's clients train as one batched model (``batch_clients``: ``on``, or ``auto`` where the model
+    allows it; ``on`` for a model that does not is refused) or one at a time (client.py)."""
+    reason = why_not_batched(model, config)
+    if config.batch_clients == "on" and reason:
+        raise ValueError(f"batch_clients=on: {reason}; use batch_clients=auto or off")
+    return config.batch_clients == "on" or (config.batch_clients == "auto" and reason is None)
+
+
+def _open_folder(run_dir: Path, federation: _Federation) -> None:
+    """Create the run folder (refused if it holds a run on other data) and, unless it has one, its config record:
+    the config, the data, the model's size, the unigram reference, the malicious set, the code and the machine."""
+    config, corpus, model = federation.config, federation.corpus, federation.model
     runfiles.check_same_run(run_dir, config.to_dict(), corpus.source)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if runfiles.read_meta(run_dir) is None:
-        unigram = unigram_perplexity(corpus.train, eval_targets.numpy(), corpus.tokenizer.vocab_size,
-                                     corpus.tokenizer.special_ids if corpus.task == "mlm" else ())
-        record = {"config": config.to_dict(), "data_source": corpus.source, "tokenizer": corpus.tokenizer.name,
-                  "vocab_size": corpus.tokenizer.vocab_size, "n_parameters": count_params(model),
-                  "payload_parameters": int(sum(a.size for a in global_params.values())),
-                  "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
-                  "eval_positions": int((eval_targets != IGNORE).sum()), "unigram_perplexity": unigram,
-                  "malicious_clients": sorted(malicious), "device": device, "code": runfiles.code_identity(),
-                  "machine": machine_identity(device)}
-        runfiles.atomic_write(run_dir / "config.json", json.dumps(runfiles.json_ready(record), indent=2).encode())
+    if runfiles.read_meta(run_dir) is not None:
+        return
+    unigram = unigram_perplexity(corpus.train, federation.eval_targets.numpy(), corpus.tokenizer.vocab_size,
+                                 corpus.tokenizer.special_ids if corpus.task == "mlm" else ())
+    record = {"config": config.to_dict(), "data_source": corpus.source, "tokenizer": corpus.tokenizer.name,
+              "vocab_size": corpus.tokenizer.vocab_size, "n_parameters": count_params(model),
+              "payload_parameters": int(sum(a.size for a in get_params(model).values())),
+              "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
+              "eval_positions": int((federation.eval_targets != IGNORE).sum()), "unigram_perplexity": unigram,
+              "malicious_clients": sorted(federation.malicious), "device": federation.device,
+              "code": runfiles.code_identity(), "machine": machine_identity(federation.device)}
+    runfiles.atomic_write(run_dir / "config.json", json.dumps(runfiles.json_ready(record), indent=2).encode())
 
-    # ---- resume
+
+def _resume(run_dir: Path, federation: _Federation) -> _Server:
+    """The server after the folder's last completed round: the initial model and a fresh screener at round 0, else
+    the last checkpoint. Records of later rounds are dropped (they are recomputed); round 0's record, the initial
+    model's evaluation, is written if missing."""
+    config = federation.config
     start = runfiles.completed_round(run_dir)
+    global_params, screener = get_params(federation.model), make_screener(config)
     if start:
         checkpoint = runfiles.checkpoint_dir(run_dir)
         with np.load(checkpoint / "global.npz") as stored:
             global_params = {k: stored[k] for k in global_params}
         if screener is not None:
-            from fedlns_core import FedLNS
-
             screener = FedLNS.load(checkpoint / "screener")
-    if not runfiles.keep_records_until(run_dir, start):   # round 0: the initial model
-        set_params(model, global_params)
-        runfiles.append_record(run_dir, {"round": 0, **evaluate(model, eval_inputs, eval_targets,
-                                                                 config.eval_batch_size, device)})
-    # when each client last sent a model (replayed from the sampling stream on resume): bank-entry ages
-    last_seen = {}
+    if not runfiles.keep_records_until(run_dir, start):
+        runfiles.append_record(run_dir, {"round": 0, **_evaluate(federation, global_params, attack_metrics=False)})
+    last_seen = {}   # replayed from the sampling stream
     for past in range(1, start + 1):
         last_seen.update({client: past for client in sample_clients(config.num_clients, config.clients_per_round,
                                                                     config.seed, past)})
+    return _Server(start, global_params, screener, last_seen)
 
-    # ---- how clients train: one at a time, or a round's clients as one batched model (client.py)
-    reason = why_not_batched(model, config)
-    if config.batch_clients == "on" and reason:
-        raise ValueError(f"batch_clients=on: {reason}; use batch_clients=auto or off")
-    batched = config.batch_clients == "on" or (config.batch_clients == "auto" and reason is None)
 
-    # ---- the round loop
-    from tqdm.auto import tqdm
+# ------------------------------------------------------------------------------------------ the steps of a round
 
-    bar = tqdm(range(start, config.rounds), initial=start, total=config.rounds, disable=not progress,
-               desc=config.run_name()[:48], leave=False)
-    for round_index in bar:
-        t = round_index + 1
-        sampled = sample_clients(config.num_clients, config.clients_per_round, config.seed, t)
+def _timed(step, *args):
+    """``step(*args)`` and the seconds it took."""
+    tic = time.perf_counter()
+    return step(*args), time.perf_counter() - tic
 
-        # clients train from the global weights; the attack decides how malicious ones train, then what they send
-        tic = time.perf_counter()
-        client_params, num_examples, train_losses = {}, {}, {}
-        if batched:    # every training the round needs, in one batched model, then looked up per client
-            jobs = [(client, poisoned) for client in sampled for poisoned in _trainings(attack, client in malicious,
-                                                                                       global_params, norm_keys)]
-            results = dict(zip(jobs, train_clients_batched(
-                model, global_params, [TrainingJob(corpus.train[partition[c]], attack if poisoned else None,
-                                                   config.seed, t, c) for c, poisoned in jobs],
-                config, corpus.task, corpus.tokenizer, device)))
-        for client in sampled:
-            def train(poisoned, client=client):
-                if batched:
-                    return results[(client, poisoned)]
-                return train_client(model, global_params, corpus.train[partition[client]], config, corpus.task,
-                                    corpus.tokenizer, attack=attack if poisoned else None, seed=config.seed,
-                                    round_index=t, client=client, device=device)
-            trained = attack.train(train, global_params, norm_keys) if client in malicious else train(False)
-            client_params[client], num_examples[client], train_losses[client] = trained
-        attack.server = _server_probe(config, screener, global_params, num_examples, t, malicious)
-        client_params = attack.craft(global_params, client_params, [c for c in sampled if c in malicious],
-                                     norm_keys, stream_rng(config.seed, "attack", t))
-        client_time = time.perf_counter() - tic
 
-        # the server step of the method
-        tic = time.perf_counter()
-        outcome = aggregate_round(config, screener, global_params, client_params, num_examples, t, malicious)
-        server_time = time.perf_counter() - tic
+def _train_round(federation: _Federation, global_params: dict, t: int, sampled: list) -> dict:
+    """Round t's local trainings from the global weights: (params, n examples, mean loss) per sampled client. A
+    benign client trains once on clean data; an attacker runs the trainings its attack declares
+    (``Attack.trainings``) and keeps what the attack's ``local_result`` makes of them."""
+    config, corpus, attack, malicious = federation.config, federation.corpus, federation.attack, federation.malicious
+    trainings = {c: attack.trainings if c in malicious else ("clean",) for c in sampled}
+    jobs = [TrainingJob(corpus.train[federation.partition[c]], attack if kind == "poisoned" else None, config.seed,
+                        t, c) for c in sampled for kind in trainings[c]]
+    results = train_clients(federation.model, global_params, jobs, config, corpus.task, corpus.tokenizer,
+                            federation.device, federation.batched)
+    trained = {}
+    for client in sampled:
+        own = {kind: next(results) for kind in trainings[client]}
+        trained[client] = (attack.local_result(own, global_params, federation.norm_keys) if client in malicious
+                           else own["clean"])
+    return trained
 
-        if screener is not None:   # diagnostics: how stale each client's previous bank entry was
-            outcome.info["previous_entry_age"] = {str(c): t - last_seen[c] if c in last_seen else None
-                                                  for c in sampled}
-            last_seen.update({client: t for client in sampled})
-            ages = [t - seen for seen in last_seen.values()]
-            outcome.info["bank_age"] = {"median": float(np.median(ages)), "max": int(max(ages))}
-            if config.record_signatures:
-                seen = (lora_signature(global_params, client_params)
-                        if config.signature == "lora_stats" else (global_params, client_params))
-                _save_signatures(run_dir, t, *seen, outcome.info["signature_keys"], screener)
-        global_params = outcome.params
 
-        # evaluation of the new global model
-        tic = time.perf_counter()
-        set_params(model, global_params)
-        metrics = evaluate(model, eval_inputs, eval_targets, config.eval_batch_size, device)
-        metrics.update(attack.metrics(model, corpus.eval, corpus.task, device))
-        eval_time = time.perf_counter() - tic
+def _clients_send(federation: _Federation, server: _Server, t: int, sampled: list) -> tuple[dict, dict, float]:
+    """Round t's client side: the models the sampled clients send and their n examples, each keyed by client, and
+    their mean training loss. The clients train (:func:`_train_round`), then the attack crafts what the round's
+    attackers send; a white-box attack searches against the server's step, run on a copy of its state."""
+    trained = _train_round(federation, server.global_params, t, sampled)
+    client_params = {client: params for client, (params, _, _) in trained.items()}
+    num_examples = {client: n for client, (_, n, _) in trained.items()}
+    white_box = {"server": _server_view(federation, server, num_examples, t)} if federation.attack.white_box else {}
+    sent = federation.attack.craft(server.global_params, client_params,
+                                   [c for c in sampled if c in federation.malicious], federation.norm_keys,
+                                   stream_rng(federation.config.seed, "attack", t), **white_box)
+    return sent, num_examples, float(np.mean([loss for _, _, loss in trained.values()]))
 
-        counts = detection_counts(sampled, outcome.kept, malicious) if outcome.decided else {}
-        runfiles.append_record(run_dir, {
-            "round": t, **metrics, "sampled": sampled, "malicious_sampled": [c for c in sampled if c in malicious],
+
+def _server_step(federation: _Federation, server: _Server, sent: dict, num_examples: dict, t: int) -> RoundOutcome:
+    """Round t's server step of the run's method on what the clients sent (FedLNS's screener takes in the round)."""
+    return aggregate_round(federation.config, server.screener, server.global_params, sent, num_examples, t,
+                           federation.malicious)
+
+
+def _server_view(federation: _Federation, server: _Server, num_examples: dict, t: int):
+    """Round t's server step as a function ``server(client_params) -> new global params``, run on a copy of the
+    server's state each time: what a white-box attack searches against."""
+    return lambda sent: _server_step(federation, replace(server, screener=copy.deepcopy(server.screener)), sent,
+                                     num_examples, t).params
+
+
+def _bank_ages(last_seen: dict, sampled: list, t: int) -> dict:
+    """Round t's diagnostics of the bank's staleness: how old each sampled client's previous entry was, and the
+    median and largest entry age once the round's entries are in (``last_seen`` is updated with them)."""
+    previous = {str(c): t - last_seen[c] if c in last_seen else None for c in sampled}
+    last_seen.update({client: t for client in sampled})
+    ages = [t - seen for seen in last_seen.values()]
+    return {"previous_entry_age": previous, "bank_age": {"median": float(np.median(ages)), "max": int(max(ages))}}
+
+
+def _evaluate(federation: _Federation, params: dict, attack_metrics: bool = True) -> dict:
+    """The global model ``params`` on the evaluation set (loss, perplexity, entropy) and, with ``attack_metrics``,
+    the attack's own measurements of it."""
+    model, device = federation.model, federation.device
+    set_params(model, params)
+    metrics = evaluate(model, federation.eval_inputs, federation.eval_targets, federation.config.eval_batch_size,
+                       device)
+    if attack_metrics:
+        metrics.update(federation.attack.metrics(model, federation.corpus.eval, federation.corpus.task, device))
+    return metrics
+
+
+def _record(t: int, sampled: list, malicious, metrics: dict, outcome: RoundOutcome, train_loss: float,
+            times: dict) -> dict:
+    """Round t's line of rounds.jsonl: the evaluation, who was sampled and kept, the detection counts (in a round
+    where the method decided), the mean training loss, the time of each phase and the method's diagnostics."""
+    counts = detection_counts(sampled, outcome.kept, malicious) if outcome.decided else {}
+    return {"round": t, **metrics, "sampled": sampled, "malicious_sampled": [c for c in sampled if c in malicious],
             "kept": outcome.kept, "decided": outcome.decided, "selects_clients": outcome.selects_clients, **counts,
-            "train_loss": float(np.mean(list(train_losses.values()))), "client_time_s": client_time,
-            "server_time_s": server_time, "eval_time_s": eval_time,
-            **{k: v for k, v in outcome.info.items() if k != "signature_keys"}})
-        runfiles.save_state(run_dir, t, global_params, screener)
-        bar.set_postfix(ppl=f"{metrics['perplexity']:.1f}")
-        if stop_after is not None and t >= stop_after:
-            break
-    bar.close()
-    return run_dir
-
-
-def _server_probe(config, screener, global_params, num_examples, t, malicious):
-    """The round's server step on a copy of the server's state: what a white-box attacker searches against."""
-    import copy
-
-    def server(client_params):
-        probe = copy.deepcopy(screener)
-        return aggregate_round(config, probe, global_params, client_params, num_examples, t, malicious).params
-    return server
-
-
-def _trainings(attack, malicious: bool, global_params: dict, norm_keys) -> list[bool]:
-    """Which local trainings (poisoned or not) a client asks for this round: a benign client one clean one, an
-    attacker whatever its attack's ``train`` calls (found by calling it with a stand-in that only records)."""
-    if not malicious:
-        return [False]
-    asked = []
-
-    def record(poisoned):
-        asked.append(bool(poisoned))
-        return {k: np.array(v, copy=True) for k, v in global_params.items()}, 1.0, 0.0
-
-    attack.train(record, global_params, norm_keys)
-    return list(dict.fromkeys(asked))
+            "train_loss": train_loss, **times, **{k: v for k, v in outcome.info.items() if k != "signature_keys"}}
 
 
 def _norm_keys(params: dict) -> frozenset:
@@ -247,11 +310,15 @@ def _norm_keys(params: dict) -> frozenset:
         return frozenset()
 
 
-def _save_signatures(run_dir: Path, t: int, global_params: dict, client_params: dict, keys, screener) -> None:
-    """Each client's flat normalization signature of round t (for offline replay of the screening); for the
-    ``"support"`` rule also each client's update sketch and the round's stamp in the bank."""
+def _save_signatures(run_dir: Path, t: int, config: Config, server: _Server, client_params: dict, keys) -> None:
+    """Each client's flat normalization signature of round t as FedLNS saw it, from the global weights the round
+    started from (for offline replay of the screening); for the ``"support"`` rule also each client's update
+    sketch and the round's stamp in the bank (``server.screener`` has taken in the round)."""
     from fedlns_core import extract_signature
 
+    global_params, screener = server.global_params, server.screener
+    if config.signature == "lora_stats":
+        global_params, client_params = lora_signature(global_params, client_params)
     ids = sorted(client_params)
     rows = np.stack([np.concatenate([part.ravel() for part in
                                      extract_signature(global_params, client_params[c], keys).values()])
