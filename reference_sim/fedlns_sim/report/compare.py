@@ -57,6 +57,17 @@ def sweep_seeds(runs: list[dict]) -> list[int]:
                                      for f in table_fractions(runs))))
 
 
+def attacked_settings(summaries: list[dict]):
+    """Per setting with attackers, in table order: ``(family, partition, fraction, runs, by_key)``, its main runs and
+    every main run by (family, partition, fraction, method, seed)."""
+    main = main_runs(summaries)
+    by_key = {(s["family"], s["partition"], s["fraction"], s["method"], s["seed"]): s for s in main}
+    for (family, partition, fraction), runs in sorted(group_runs(main, ("family", "partition", "fraction")).items(),
+                                                      key=lambda item: setting_order(*item[0])):
+        if fraction:
+            yield family, partition, fraction, runs, by_key
+
+
 def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
     """FedLNS against the strongest baseline and against FedAvg, paired by seed, per (family, partition,
     fraction > 0): per-seed differences of perplexity (FedLNS minus the other; negative = FedLNS better) with
@@ -66,12 +77,7 @@ def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
     too; the oracle and the clean run are references, never the baseline.
     """
     rows = []
-    main = main_runs(summaries)
-    by_key = {(s["family"], s["partition"], s["fraction"], s["method"], s["seed"]): s for s in main}
-    for (family, partition, fraction), runs in sorted(group_runs(main, ("family", "partition", "fraction")).items(),
-                                                      key=lambda item: setting_order(*item[0])):
-        if fraction == 0:
-            continue
+    for family, partition, fraction, runs, by_key in attacked_settings(summaries):
         seeds = {s["seed"] for s in runs if s["method"] == "fedlns"}
         candidates = {}
         for method in BASELINES:
@@ -103,12 +109,7 @@ def recovery_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]
     """Recovery (FedAvg - method) / (FedAvg - oracle) of every defence at each fraction > 0, paired by seed:
     the per-seed values' mean with a t interval, and the ratio of the means."""
     rows = []
-    main = main_runs(summaries)
-    by_key = {(s["family"], s["partition"], s["fraction"], s["method"], s["seed"]): s for s in main}
-    for (family, partition, fraction), runs in sorted(group_runs(main, ("family", "partition", "fraction")).items(),
-                                                      key=lambda item: setting_order(*item[0])):
-        if fraction == 0:
-            continue
+    for family, partition, fraction, runs, by_key in attacked_settings(summaries):
         for method in ordered({s["method"] for s in runs}):
             if method in ("fedavg", "oracle", "fedlns_two"):
                 continue
