@@ -689,7 +689,8 @@ class FedLNS:
 
         Settings are checked against the same table as the constructor's; the round must be an int >= 0.
         A file written before ``max_count_ratio`` existed gets its default; one written before
-        ``mixture_solver`` existed keeps the solver it was written with, ``"sklearn"``.
+        ``mixture_solver``, ``clip``, ``retain_rule`` or ``warmup`` existed keeps what it was written with
+        (``"sklearn"``, no clipping, the paper's rule and warm-up), not today's defaults.
         """
         header, arrays = read_state(path, "screener",
                                     lambda h: HistoryBank._expected_arrays(h.get("bank") if isinstance(h, dict) else None))
@@ -700,6 +701,8 @@ class FedLNS:
             params = dict(params)
             params.setdefault("mixture_solver", "sklearn")
             params.setdefault("clip", None)              # written before clipping existed
+            params.setdefault("retain_rule", "paper")    # before the setting existed the paper's rule was the only one
+            params.setdefault("warmup", "hold")          # and the paper's warm-up the only one
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

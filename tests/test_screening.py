@@ -301,3 +301,23 @@ def test_validate_params_changes_nothing():
     clients = {i: {"h.0.ln_1.weight": 1 + 0.01 * rng.standard_normal(4)} for i in range(3)}
     screener.screen({"h.0.ln_1.weight": np.ones(4)}, clients, {i: 1 for i in clients})
     assert bank.ema == 0.5                              # in use from the next screened round
+
+
+def test_a_state_file_from_before_the_retain_rule_loads_as_the_paper_rule(tmp_path):
+    from fedlns_core._io import read_state, write_state
+    from fedlns_core._bank import HistoryBank
+
+    screener = FedLNS.paper(activation_threshold=2)
+    rng = np.random.default_rng(1)
+    clients = {i: {"h.0.ln_1.weight": 1 + 0.01 * rng.standard_normal(4)} for i in range(3)}
+    screener.screen({"h.0.ln_1.weight": np.ones(4)}, clients, {i: 1 for i in clients})
+    screener.save(tmp_path / "new.npz")
+    header, arrays = read_state(tmp_path / "new.npz", "screener",
+                                lambda h: HistoryBank._expected_arrays(h.get("bank")))
+    for name in ("retain_rule", "warmup", "clip"):     # settings the older files do not have
+        del header["params"][name]
+    header = {k: v for k, v in header.items() if k not in ("format", "kind", "version")}
+    write_state(tmp_path / "old.npz", "screener", header, arrays)
+    loaded = FedLNS.load(tmp_path / "old.npz")
+    assert (loaded.retain_rule, loaded.warmup, loaded.clip) == ("paper", "hold", None)
+    assert loaded.screen({"h.0.ln_1.weight": np.ones(4)}, clients, {i: 1 for i in clients}).active
