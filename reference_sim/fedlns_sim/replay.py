@@ -35,7 +35,7 @@ import numpy as np
 
 from fedlns_core import bic_gmm_retain, deviation_scores, median_mad, standardize
 from fedlns_core._rules import guarded_rule
-from fedlns_core._support import population_groups, recent_rows, support_rule
+from fedlns_core._support import _unit, recent_rows, support_rule
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
@@ -146,37 +146,35 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
         record = records.get(t, {})
         if not record.get("active"):
             continue
-        order = list(bank)
+        position = {client: index for index, client in enumerate(bank)}
         entries = list(bank.values())
         bank_sketches = np.stack([entry[1] for entry in entries])
         stamps = np.array([entry[2] for entry in entries], dtype=float)
-        position = {client: index for index, client in enumerate(order)}
         outcome = support_rule(scores, sketches, bank_sketches, np.array([position[c] for c in clients]), stamps,
                                np.array([entry[3] for entry in entries]), recent=recent,
                                max_groups=screener.max_groups, separation=screener.separation,
                                loud_separation=screener.loud_separation)
         retained = outcome.retained
         if name == "round_first":
-            retained = _round_first(outcome, sketches, bank_sketches, stamps, stamp, recent, float(argument),
-                                    screener.max_groups, screener.separation)
+            rows = recent_rows(stamps, recent)
+            retained = _round_first(outcome, sketches, bank_sketches[rows], stamps[rows], stamp, float(argument))
+        malicious = set(record.get("malicious_sampled", []))
         decisions.append({"round": t, "clients": clients, "kept": [c for c, k in zip(clients, retained) if k],
-                          "malicious": [c for c in clients if c in set(record.get("malicious_sampled", []))],
+                          "malicious": [c for c in clients if c in malicious],
                           "n_components": None, "recorded_kept": record.get("kept")})
     return decisions
 
 
-def _round_first(outcome, sketches, bank_sketches, stamps, stamp, recent, threshold, max_groups, separation):
+def _round_first(outcome, sketches, window_sketches, window_stamps, stamp, threshold):
     """The ``round_first:T`` variant's decision: the rule's own, unless one cut of the round by its cosines leaves
-    a less supported part apart from the other (then that part is rejected, loud clients too)."""
-    unit = lambda rows: rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-300)  # noqa: E731
-    rows = recent_rows(stamps, recent)
-    window = unit(bank_sketches[rows])
-    groups = population_groups(window @ window.T, max_groups=max_groups, separation=separation)
-    earlier = groups.majority & (stamps[rows] < stamp) if groups is not None else None
+    a less supported part apart from the other (then that part is rejected, loud clients too). ``outcome`` is the
+    rule's decision, whose population groups are those of the recent bank entries ``window_*``."""
+    groups = outcome.groups
+    earlier = groups.majority & (window_stamps < stamp) if groups is not None else None
     if earlier is None or not earlier.any() or len(sketches) < 3:
         return outcome.retained
-    round_units = unit(sketches)
-    support = (round_units @ window[earlier].T).mean(axis=1)
+    round_units = _unit(sketches)
+    support = (round_units @ _unit(window_sketches[earlier]).T).mean(axis=1)
     cosines = round_units @ round_units.T
     part = fcluster(linkage(squareform(1.0 - np.clip(cosines, -1.0, 1.0), checks=False), "average"), 2,
                     "maxclust") == 1
@@ -187,7 +185,7 @@ def _round_first(outcome, sketches, bank_sketches, stamps, stamp, recent, thresh
     within = (cosines[np.ix_(worse, worse)].sum() - size) / (size * (size - 1))
     if not cosines[np.ix_(worse, ~worse)].mean() < threshold * within:
         return outcome.retained
-    loud = np.array(["loud normalization change" in reason for reason in outcome.reasons])
+    loud = np.array([reason.startswith("loud normalization change") for reason in outcome.reasons])
     return ~worse & ~loud
 
 
