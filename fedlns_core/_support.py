@@ -40,12 +40,15 @@ perturbation in the sketch's null space (see ``docs/attacks.md``, threat model).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
+
+from ._robust import _run_blocks
 
 
 #: Names of the sketch's block and of the round stamp in the bank's layout (they follow the normalization keys).
@@ -55,6 +58,7 @@ ROUND_KEY = "__fedlns_round__"
 #: of noise, or a stalled model): no group is separated. Language-model updates measured 0.3-0.6.
 MIN_COHERENCE = 0.1
 _CHUNK = 1 << 20          # coordinates per sign draw and fold
+_CACHED_CHUNKS = 64       # sign draws kept between rounds (64 MiB at most)
 
 
 def update_sketch(global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
@@ -78,52 +82,66 @@ def update_sketch(global_params: Mapping[str, np.ndarray], client_params: Mappin
 
 def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Mapping[str, np.ndarray]],
                    keys: Sequence[str], dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sketches (N, dim) and update norms (N,) of N clients, each sign drawn once for all of them.
+    """Sketches (N, dim) and update norms (N,) of N clients.
 
-    Work is done in the parameters' precision (float32 for float32 models, float64 above it) and summed into
-    float64 sketches; one pass of a few vector operations over every update.
+    Each update is formed in the parameters' precision (float32 for float32 models, float64 above it) and
+    folded into float64 sketches; a few vector operations per coordinate, with reused buffers, the clients
+    split over two threads for large models (numpy releases the GIL; every client's sketch is summed in the
+    same order either way, so the result does not depend on the split).
     """
     sketches = np.zeros((len(clients), dim))
     squared = np.zeros(len(clients))
-    signs = _SignStream(seed)
+    segments = []                                   # (key, start, stop, first coordinate, working dtype)
     offset = 0
     for key in keys:
-        reference = np.asarray(global_params[key]).reshape(-1)
-        dtype = np.result_type(reference.dtype, np.float32) if np.issubdtype(reference.dtype, np.inexact) \
-            else np.dtype(np.float64)
-        for start in range(0, reference.size, _CHUNK):
-            stop = min(start + _CHUNK, reference.size)
-            first = offset + start
-            drawn = signs.take(first, stop - start).astype(dtype, copy=False)
-            for row, client in enumerate(clients):
-                update = np.subtract(np.asarray(client[key]).reshape(-1)[start:stop], reference[start:stop],
-                                     dtype=dtype)
+        size = np.asarray(global_params[key]).size
+        dtype = np.asarray(global_params[key]).dtype
+        dtype = np.result_type(dtype, np.float32) if np.issubdtype(dtype, np.inexact) else np.dtype(np.float64)
+        segments += [(key, start, min(start + _CHUNK, size), offset + start, dtype)
+                     for start in range(0, size, _CHUNK)]
+        offset += size
+
+    def work(rows: slice) -> None:
+        buffers: dict[np.dtype, np.ndarray] = {}
+        wide = np.empty(min(offset, _CHUNK))
+        for key, start, stop, first, dtype in segments:
+            n = stop - start
+            reference = np.asarray(global_params[key]).reshape(-1)[start:stop]
+            signs = _signs(seed, first, n, dtype)
+            buffer = buffers.setdefault(dtype, np.empty(min(offset, _CHUNK), dtype=dtype))[:n]
+            for row in range(rows.start, rows.stop):
+                update = np.subtract(np.asarray(clients[row][key]).reshape(-1)[start:stop], reference,
+                                     out=buffer, dtype=dtype)
                 squared[row] += float(np.dot(update, update))
-                update *= drawn
-                _fold(update, first % dim, sketches[row])
-        offset += reference.size
+                _fold(np.multiply(update, signs, out=wide[:n]), first % dim, sketches[row])
+
+    halves = [slice(0, (len(clients) + 1) // 2), slice((len(clients) + 1) // 2, len(clients))]
+    _run_blocks(work, halves if len(clients) > 1 else [slice(0, len(clients))], offset * len(clients))
     return sketches, np.sqrt(squared)
 
 
-class _SignStream:
-    """Signs of consecutive coordinate ranges; coordinate ``p``'s sign comes from chunk ``p // _CHUNK``'s draw,
-    made once while the ranges stay in that chunk."""
+def _signs(seed: int, first: int, size: int, dtype: np.dtype) -> np.ndarray:
+    """The signs (+1/-1, in ``dtype``) of coordinates ``first .. first + size - 1``: coordinate ``p``'s sign
+    is bit ``p % _CHUNK`` of chunk ``p // _CHUNK``'s draw (:func:`_sign_bits`)."""
+    out = np.empty(size, dtype=dtype)
+    done = 0
+    while done < size:
+        chunk, within = divmod(first + done, _CHUNK)
+        step = min(size - done, _CHUNK - within)
+        np.multiply(_sign_bits(seed, chunk)[within:within + step], 2, out=out[done:done + step], dtype=dtype)
+        done += step
+    out -= 1
+    return out
 
-    def __init__(self, seed: int):
-        self.seed, self.chunk, self.bits = seed, None, None
 
-    def take(self, first: int, size: int) -> np.ndarray:
-        out = np.empty(size)
-        done = 0
-        while done < size:
-            chunk, within = divmod(first + done, _CHUNK)
-            if chunk != self.chunk:
-                rng = np.random.default_rng(np.random.SeedSequence([self.seed, chunk]))
-                self.chunk, self.bits = chunk, rng.integers(0, 2, _CHUNK, dtype=np.int8)
-            step = min(size - done, _CHUNK - within)
-            out[done:done + step] = 2.0 * self.bits[within:within + step] - 1.0
-            done += step
-        return out
+@functools.lru_cache(maxsize=_CACHED_CHUNKS)
+def _sign_bits(seed: int, chunk: int) -> np.ndarray:
+    """Chunk ``chunk``'s ``_CHUNK`` random bits under ``seed`` (int8, read-only). Drawing them costs more than
+    sketching one client's chunk, so the last ``_CACHED_CHUNKS`` chunks drawn are kept (1 MiB each): every
+    round of a model up to that many mebi-parameters reuses them."""
+    bits = np.random.default_rng(np.random.SeedSequence([seed, chunk])).integers(0, 2, _CHUNK, dtype=np.int8)
+    bits.flags.writeable = False
+    return bits
 
 
 def _fold(values: np.ndarray, shift: int, out: np.ndarray) -> None:

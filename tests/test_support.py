@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fedlns_core import FedLNS
-from fedlns_core._support import clip_scales, population_groups, update_sketch
+from fedlns_core._support import _CHUNK, _sign_bits, clip_scales, population_groups, sketch_updates, update_sketch
 
 P = 1500
 GLOBAL = {"h.0.ln_1.weight": np.ones(16), "h.0.mlp.weight": np.zeros(P)}
@@ -60,6 +60,25 @@ def test_sketch_depends_on_the_seed_only_through_the_signs():
     one, other = update_sketch(g, u, ["a"], 4, 1)[0], update_sketch(g, u, ["a"], 4, 2)[0]
     assert not np.allclose(one, other)
     assert np.allclose(np.sort(np.abs(update_sketch(g, {"a": np.ones(10)}, ["a"], 10, 3)[0])), 1.0)
+
+
+def test_batched_sketches_are_each_clients_own_across_chunks_and_threads():
+    """Large enough to cross a sign chunk inside a key and to run on two threads: every row is the sketch
+    of that client alone and the explicit ``sum_b (r * u)[b k:(b+1) k]`` of the module's definition."""
+    rng = np.random.default_rng(3)
+    g = {"a": rng.standard_normal(_CHUNK - 5).astype(np.float32), "b": rng.standard_normal(300).astype(np.float32),
+         "c": np.zeros(40, np.float64)}
+    clients = [{k: (v + rng.standard_normal(v.shape)).astype(v.dtype) for k, v in g.items()} for _ in range(3)]
+    sketches, norms = sketch_updates(g, clients, sorted(g), 64, 9)
+    signs = np.concatenate([2.0 * _sign_bits(9, chunk) - 1.0 for chunk in (0, 1)])
+    for row, client in enumerate(clients):
+        one, norm = update_sketch(g, client, sorted(g), 64, 9)
+        assert np.array_equal(sketches[row], one) and norms[row] == norm
+        update = np.concatenate([np.subtract(client[k], g[k], dtype=g[k].dtype).astype(np.float64).ravel()
+                                 for k in sorted(g)])
+        signed = np.pad(update * signs[:update.size], (0, -update.size % 64))
+        assert np.allclose(one, signed.reshape(-1, 64).sum(axis=0), rtol=1e-9, atol=1e-9)
+        assert norm == pytest.approx(np.linalg.norm(update), rel=1e-6)
 
 
 def test_population_groups_need_a_majority_and_a_real_separation():
