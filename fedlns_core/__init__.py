@@ -5,7 +5,7 @@ Flower, FedML or transformers; the adapters in ``fedlns_torch``, ``fedlns_flower
 translate those frameworks' objects.
 """
 
-from ._aggregate import AggregationRule, apply_update, weighted_average
+from ._aggregate import AggregationRule, Aggregator, apply_update, weighted_average
 from ._bank import HistoryBank
 from ._journal import ScreeningJournal
 from ._mixture import MixtureDecision, bic_gmm_retain
@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActivationPlan",
-    "AggregationRule",
+    "Aggregator",
     "ClientId",
     "FedLNS",
     "HistoryBank",

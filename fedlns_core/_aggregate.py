@@ -9,8 +9,9 @@ import numpy as np
 
 from ._types import ClientId, ParamDict, check_client_id, check_global_params
 
-#: ``rule(updates, num_examples) -> update``: combine retained updates into one update.
-AggregationRule = Callable[[Mapping[ClientId, ParamDict], Mapping[ClientId, float]], ParamDict]
+#: ``aggregator(updates, num_examples) -> update``: combine retained updates into one update.
+Aggregator = Callable[[Mapping[ClientId, ParamDict], Mapping[ClientId, float]], ParamDict]
+AggregationRule = Aggregator      # its former name, kept for code that imports it
 
 
 def normalized_weights(weights: Mapping[ClientId, float]) -> dict[ClientId, float]:
@@ -120,11 +121,11 @@ def _scale(scales: Mapping[ClientId, float], client_id: ClientId) -> float:
     return float(scale)
 
 
-def apply_rule(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-               num_examples: Mapping[ClientId, float], rule: AggregationRule,
-               scales: Mapping[ClientId, float] | None = None) -> dict[str, np.ndarray]:
-    """``w + rule(updates, num_examples)`` where ``updates[i] = c_i (w_i - w)``: compose another aggregator
-    (``c_i`` from ``scales``, 1 where absent)."""
+def apply_aggregator(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
+                     num_examples: Mapping[ClientId, float], aggregator: Aggregator,
+                     scales: Mapping[ClientId, float] | None = None) -> dict[str, np.ndarray]:
+    """``w + aggregator(updates, num_examples)`` where ``updates[i] = c_i (w_i - w)``: compose another
+    aggregator (``c_i`` from ``scales``, 1 where absent)."""
     updates = {}
     for client_id in num_examples:
         scale = _scale(scales or {}, client_id)
@@ -134,11 +135,11 @@ def apply_rule(global_params: ParamDict, client_params: Mapping[ClientId, ParamD
             if scale != 1.0:
                 update *= scale
             updates[client_id][key] = update
-    return _add_update(global_params, rule(updates, dict(num_examples)))
+    return _add_update(global_params, aggregator(updates, dict(num_examples)))
 
 
 def apply_update(global_params: ParamDict, update: ParamDict) -> dict[str, np.ndarray]:
-    """``w + u``: the next global model from one combined update ``u`` (what an aggregation rule returns).
+    """``w + u``: the next global model from one combined update ``u`` (what an aggregator returns).
 
     Parameters
     ----------

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
-from ._aggregate import AggregationRule, apply_rule, normalized_weights, weighted_average
+from ._aggregate import Aggregator, apply_aggregator, normalized_weights, weighted_average
 from ._bank import HistoryBank
 from ._io import read_state, write_state
 from ._mixture import bic_gmm_retain
 from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
 from ._rules import bank_rule
-from ._settings import PARAMETER_CONSTRAINTS, validate_settings
+from ._settings import PARAMETER_CONSTRAINTS, SELECTOR_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, flat_signature
 from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, sketch_updates, support_rule
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
@@ -82,25 +83,30 @@ class ScreeningResult:
     clip_scales: dict[ClientId, float] = field(default_factory=dict)
 
     def aggregate(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-                  rule: AggregationRule | None = None) -> dict[str, np.ndarray]:
+                  aggregator: Aggregator | None = None, *, rule: Aggregator | None = None) -> dict[str, np.ndarray]:
         """Next global model from the retained clients.
 
-        With ``rule=None``: ``w + sum_i alpha_i c_i (w_i - w)`` (eq. ``aggregation``, with the clipping
+        With ``aggregator=None``: ``w + sum_i alpha_i c_i (w_i - w)`` (eq. ``aggregation``, with the clipping
         factors ``c_i`` of :attr:`clip_scales`, 1 where there are none). Otherwise
-        ``w + rule(updates, num_examples)``, where ``updates`` maps each retained id to its update
-        ``w_i - w`` and the rule returns one combined update (e.g. a coordinate-wise median), so FedLNS can
-        screen in front of another aggregator (the updates are clipped first). With nothing retained the global model is returned unchanged
-        (eq. ``skip_update``), as new arrays.
+        ``w + aggregator(updates, num_examples)``, where ``updates`` maps each retained id to its update
+        ``w_i - w`` (clipped first) and the aggregator returns one combined update (e.g. a coordinate-wise
+        median), so FedLNS can screen in front of another aggregator. With nothing retained the global model
+        is returned unchanged (eq. ``skip_update``), as new arrays. ``rule=`` is the deprecated name of
+        ``aggregator=`` (a ``FutureWarning``).
         """
+        if rule is not None:
+            warnings.warn("ScreeningResult.aggregate(rule=...) is now aggregate(aggregator=...); rule= will be "
+                          "removed", FutureWarning, stacklevel=2)
+            aggregator = aggregator if aggregator is not None else rule
         if not self.retained:
             return {key: np.array(value, copy=True) for key, value in check_global_params(global_params).items()}
         absent = [client_id for client_id in self.retained if client_id not in client_params]
         if absent:
             raise ValueError(f"client {absent[0]!r} was retained but is missing from client_params")
-        if rule is None:
+        if aggregator is None:
             return weighted_average(global_params, client_params, self.weights, scales=self.clip_scales or None)
-        return apply_rule(check_global_params(global_params), client_params, self.num_examples, rule,
-                          scales=self.clip_scales or None)
+        return apply_aggregator(check_global_params(global_params), client_params, self.num_examples, aggregator,
+                                scales=self.clip_scales or None)
 
     def explain(self) -> str:
         """A short human-readable account of the decision."""
@@ -196,7 +202,7 @@ class FedLNS:
     Parameters
     ----------
     selector : NormSelector, optional
-        Which parameters form the signature; default ``NormSelector(rule="auto")``.
+        Which parameters form the signature; default ``NormSelector(match="auto")``.
     activation_threshold : int, default=100
         ``M_act``: bank size at which screening starts (the paper: half of K=200 clients); for the
         ``"support"`` rule also how many of the most recent bank entries it groups. Plan it for your
@@ -747,15 +753,17 @@ def _shown(client_id) -> str:
 
 
 def _selector_from_config(config) -> NormSelector:
-    """A NormSelector from :meth:`NormSelector.to_config` output, checked field by field."""
-    if not isinstance(config, dict) or set(config) != {"rule", "patterns", "keys"}:
-        raise ValueError("selector must be an object with rule, patterns and keys")
+    """A NormSelector from :meth:`NormSelector.to_config` output, checked field by field (files written before
+    ``match`` was named so hold it as ``rule``)."""
+    if isinstance(config, dict) and set(config) == {"rule", "patterns", "keys"}:
+        config = {"match": config["rule"], "patterns": config["patterns"], "keys": config["keys"]}
+    if not isinstance(config, dict) or set(config) != {"match", "patterns", "keys"}:
+        raise ValueError("selector must be an object with match, patterns and keys")
     for name in ("patterns", "keys"):
         value = config[name]
         if value is not None and not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
             raise ValueError(f"selector {name} must be a list of str or null")
-    if not isinstance(config["rule"], str):
-        raise ValueError("selector rule must be a str")
+    validate_settings("selector", {"match": config["match"]}, SELECTOR_CONSTRAINTS)
     return NormSelector(**config)
 
 

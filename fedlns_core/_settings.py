@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ._signature import NAME_MATCHES, NormSelector
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -66,23 +68,22 @@ class Options:
 
 @dataclass(frozen=True)
 class InstanceOf:
-    """An instance of a class, found lazily by name to avoid an import cycle."""
+    """An instance of a class."""
 
-    name: str
+    cls: type
 
     def normalize(self, value):
-        from ._signature import NormSelector      # the only class-valued setting
-        return value if isinstance(value, NormSelector) else None
+        return value if isinstance(value, self.cls) else None
 
     def describe(self) -> str:
-        return f"a {self.name}"
+        return f"a {self.cls.__name__}"
 
 
 _NONE = object()
 
 #: Every setting of the screener and its bank, with the values it accepts (``None`` where listed).
 PARAMETER_CONSTRAINTS: dict[str, list] = {
-    "selector": [InstanceOf("NormSelector"), None],
+    "selector": [InstanceOf(NormSelector), None],
     "activation_threshold": [Interval("int", 0)],
     "mad_floor": [Interval("real", 0, None, closed="neither")],
     "components": [Options(("bic", "two"))],
@@ -105,32 +106,41 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "clip": [Options(("median",)), None],
 }
 
+#: :class:`~fedlns_core.NormSelector`'s name-matching scheme (its ``patterns`` and ``keys`` are checked where
+#: they are read: a list of regular expressions or of names).
+SELECTOR_CONSTRAINTS: dict[str, list] = {
+    "match": [Options(tuple(NAME_MATCHES))],
+}
 
-def options(name: str) -> tuple[str, ...]:
-    """The string values a setting of :data:`PARAMETER_CONSTRAINTS` accepts (its :class:`Options`).
+
+def options(name: str, table: Mapping[str, list] = PARAMETER_CONSTRAINTS) -> tuple[str, ...]:
+    """The string values a setting of ``table`` accepts (its :class:`Options`).
 
     Examples
     --------
     >>> options("mixture_solver")
     ('fast', 'sklearn')
+    >>> options("match", SELECTOR_CONSTRAINTS)
+    ('auto', 'paper')
     """
-    for constraint in PARAMETER_CONSTRAINTS[name]:
+    for constraint in table[name]:
         if isinstance(constraint, Options):
             return constraint.values
     raise ValueError(f"setting {name!r} takes no fixed set of strings")
 
 
-def validate_settings(owner: str, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Check ``settings`` against :data:`PARAMETER_CONSTRAINTS`; return them as plain Python values.
+def validate_settings(owner: str, settings: Mapping[str, Any],
+                      table: Mapping[str, list] = PARAMETER_CONSTRAINTS) -> dict[str, Any]:
+    """Check ``settings`` against ``table`` (the screener's by default); return them as plain Python values.
 
     numpy scalars are accepted wherever the Python type is (``np.int64(5)`` for an int) and come back as
     ``int``/``float``. Raises ``ValueError`` naming the owner, the setting, what it accepts and what came.
     """
     checked = {}
     for name, value in settings.items():
-        if name not in PARAMETER_CONSTRAINTS:
+        if name not in table:
             raise ValueError(f"{owner}: unknown setting {name!r}")
-        constraints = PARAMETER_CONSTRAINTS[name]
+        constraints = table[name]
         normalized = _NONE
         for constraint in constraints:
             if constraint is None:

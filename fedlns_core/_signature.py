@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ._types import ParamDict
-
-_RULES = ("auto", "paper")
 
 # A module name is a normalization layer when one of its words (split at '_' and camelCase) is one of
 # these, or 'ln'/'norm' followed by digits (ln1, norm2). This covers GPT-2 (ln_1, ln_2, ln_f), BERT
@@ -30,18 +29,22 @@ def _is_norm_module(module: str) -> bool:
 _PEFT_WRAPPER_SEGMENTS = frozenset({"ln_tuning_layers"})
 
 
-def _auto_rule(name: str) -> bool:
+def _auto_match(name: str) -> bool:
     parts = name.split(".")
     if len(parts) >= 3 and parts[-2] in _PEFT_WRAPPER_SEGMENTS:
         parts = parts[:-2] + parts[-1:]
     return len(parts) >= 2 and parts[-1].lower() in ("weight", "bias") and _is_norm_module(parts[-2])
 
 
-def _paper_rule(name: str) -> bool:
+def _paper_match(name: str) -> bool:
     # tab:app_fedlns_details: the name contains "ln" or "layernorm" and ends with "weight" or "bias".
     # Compared in lower case: the experiments screened BERT, whose "LayerNorm" matches only that way.
     lower = name.lower()
     return ("ln" in lower or "layernorm" in lower) and lower.endswith(("weight", "bias"))
+
+
+#: ``NormSelector(match=...)``'s name-matching schemes.
+NAME_MATCHES = {"auto": _auto_match, "paper": _paper_match}
 
 
 class NormSelector:
@@ -49,19 +52,21 @@ class NormSelector:
 
     Parameters
     ----------
-    rule : {"auto", "paper"}, default="auto"
-        ``"auto"`` selects the weight and bias of every module whose name is a normalization layer
+    match : {"auto", "paper"}, default="auto"
+        How names are matched. ``"auto"`` selects the weight and bias of every module whose name is a normalization layer
         (case-insensitive; GPT-2 ``ln_1``/``ln_2``/``ln_f``, BERT ``LayerNorm``, LLaMA-style
         ``input_layernorm``/``post_attention_layernorm``/``norm``, T5 ``layer_norm``, ``norm1``...),
         also in PEFT payloads (``get_peft_model_state_dict``): ``modules_to_save`` norms keep their own
         names there, and an LN-tuned module ``X`` is sent as ``X.ln_tuning_layers.weight``.
-        ``"paper"`` is the rule of the paper's Table ``tab:app_fedlns_details``: the name contains
+        ``"paper"`` is the naming rule of the paper's Table ``tab:app_fedlns_details``: the name contains
         ``ln`` or ``layernorm`` and ends with ``weight`` or ``bias`` (it misses LLaMA's final
         ``model.norm.weight``). Ignored when ``patterns`` or ``keys`` is given.
     patterns : sequence of str, optional
         Regular expressions; a name is selected when any of them matches (``re.search``).
     keys : sequence of str, optional
         An explicit list of names. Every one of them must be present when selecting.
+    rule : {"auto", "paper"}, optional
+        Deprecated name of ``match`` (a ``FutureWarning``); "rule" is the screener's ``retain_rule``.
 
     Examples
     --------
@@ -69,13 +74,17 @@ class NormSelector:
     ...          "transformer.h.0.attn.c_proj.bias", "transformer.ln_f.weight", "lm_head.weight"]
     >>> NormSelector().select(names)
     ('transformer.h.0.ln_1.weight', 'transformer.h.0.ln_1.bias', 'transformer.ln_f.weight')
-    >>> NormSelector(rule="paper").select(["model.layers.0.input_layernorm.weight", "model.norm.weight"])
+    >>> NormSelector(match="paper").select(["model.layers.0.input_layernorm.weight", "model.norm.weight"])
     ('model.layers.0.input_layernorm.weight',)
     """
 
-    def __init__(self, *, rule: str = "auto", patterns: Sequence[str] | None = None,
-                 keys: Sequence[str] | None = None):
-        self.rule = rule
+    def __init__(self, *, match: str = "auto", patterns: Sequence[str] | None = None,
+                 keys: Sequence[str] | None = None, rule: str | None = None):
+        if rule is not None:
+            warnings.warn("NormSelector(rule=...) is now NormSelector(match=...); rule= will be removed",
+                          FutureWarning, stacklevel=2)
+            match = rule
+        self.match = match
         self.patterns = patterns
         self.keys = keys
 
@@ -101,9 +110,10 @@ class NormSelector:
             compiled = [re.compile(pattern) for pattern in self.patterns]
             selected = tuple(name for name in names if any(regex.search(name) for regex in compiled))
         else:
-            if self.rule not in _RULES:
-                raise ValueError(f"NormSelector rule must be one of {_RULES}, got {self.rule!r}")
-            matches = _auto_rule if self.rule == "auto" else _paper_rule
+            if not isinstance(self.match, str) or self.match not in NAME_MATCHES:
+                raise ValueError(f"NormSelector: match must be one of {', '.join(map(repr, NAME_MATCHES))}, "
+                                 f"got {self.match!r}")
+            matches = NAME_MATCHES[self.match]
             selected = tuple(name for name in names if matches(name))
         if not selected:
             raise ValueError(
@@ -117,7 +127,7 @@ class NormSelector:
             return f"keys={list(self.keys)!r}"
         if self.patterns is not None:
             return f"patterns={list(self.patterns)!r}"
-        return f"rule={self.rule!r}"
+        return f"match={self.match!r}"
 
     def __repr__(self) -> str:
         return f"NormSelector({self._describe()})"
@@ -125,7 +135,7 @@ class NormSelector:
     def to_config(self) -> dict:
         """A JSON-serialisable description, for saving a screener."""
         return {
-            "rule": self.rule,
+            "match": self.match,
             "patterns": None if self.patterns is None else list(self.patterns),
             "keys": None if self.keys is None else list(self.keys),
         }

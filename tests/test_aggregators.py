@@ -234,10 +234,10 @@ def test_registry_and_factory():
 def test_registry_lists_exactly_each_rules_keyword_parameters():
     import inspect
 
-    from fedlns_sim.baselines._registry import _RULES
+    from fedlns_sim.baselines._registry import _FUNCTIONS
 
-    for name, entry in _RULES.items():
-        keywords = [p for p in inspect.signature(entry.rule).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    for name, entry in _FUNCTIONS.items():
+        keywords = [p for p in inspect.signature(entry.function).parameters.values() if p.kind is p.KEYWORD_ONLY]
         assert list(entry.required) == [p.name for p in keywords if p.default is p.empty], name
         assert [*entry.optional, "check_finite"] == [p.name for p in keywords if p.default is not p.empty], name
 
@@ -445,7 +445,7 @@ def test_composes_with_fedlns_screening():
                for i in range(6)}
     counts = {i: 10 for i in clients}
     result = fedlns_core.FedLNS.paper(activation_threshold=0, random_state=0).screen(global_params, clients, counts)
-    new = result.aggregate(global_params, clients, rule=make_aggregator("coordinate_median"))
+    new = result.aggregate(global_params, clients, aggregator=make_aggregator("coordinate_median"))
     retained = {i: client_updates(global_params, {i: clients[i]})[i] for i in result.retained}
     expected = apply_update(global_params, coordinate_median(retained))
     for key in global_params:

@@ -93,7 +93,7 @@ def test_lora_payload_norm_entries_are_what_adapter_and_core_select(architecture
     names = norm_parameter_names(model)
     assert list(names) == norm_entries
     assert norm_selector(model).select(payload) == names
-    assert NormSelector(rule="auto").select(payload) == names
+    assert NormSelector(match="auto").select(payload) == names
     # Every norm parameter of the base model is sent, once.
     assert len(names) == len(norm_parameter_names(_base(architecture)))
     wrapped = [module.original_module for module in model.modules() if isinstance(module, ModulesToSaveWrapper)]
@@ -105,16 +105,16 @@ def test_ln_tuning_payload_norm_entries_are_what_adapter_and_core_select(archite
     payload = get_peft_model_state_dict(model)
     names = norm_parameter_names(model)
     assert list(names) == list(payload)  # LN-tuning sends the norms and nothing else
-    assert NormSelector(rule="auto").select(payload) == names
+    assert NormSelector(match="auto").select(payload) == names
     assert len(names) == len(norm_parameter_names(_base(architecture)))
 
 
-def test_auto_rule_does_not_take_an_ln_tuned_linear_layer_for_a_norm():
+def test_auto_match_does_not_take_an_ln_tuned_linear_layer_for_a_norm():
     base = _base("llama")
     model = get_peft_model(base, LNTuningConfig(target_modules=["down_proj", "norm"]))
     payload = list(get_peft_model_state_dict(model))
     assert "base_model.model.model.layers.0.mlp.down_proj.ln_tuning_layers.weight" in payload
-    selected = NormSelector(rule="auto").select(payload)
+    selected = NormSelector(match="auto").select(payload)
     assert selected == norm_parameter_names(model)
     assert all("down_proj" not in key for key in selected)
 

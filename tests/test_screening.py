@@ -220,9 +220,9 @@ def test_deterministic_for_a_random_state_and_json_serialisable():
 @given(st.lists(st.sets(st.integers(0, 15), min_size=1, max_size=6), min_size=1, max_size=4),
        st.integers(0, 2**31 - 1), st.sampled_from([0.0, 0.25]), st.sampled_from(["auto", "paper"]),
        st.sets(st.integers(0, 9), max_size=3))
-def test_save_load_gives_the_same_next_decision(tmp_path_factory, history, seed, ema, rule, attackers):
+def test_save_load_gives_the_same_next_decision(tmp_path_factory, history, seed, ema, match, attackers):
     g = make_global()
-    screener = FedLNS.paper(activation_threshold=8, random_state=seed, ema=ema, selector=NormSelector(rule=rule))
+    screener = FedLNS.paper(activation_threshold=8, random_state=seed, ema=ema, selector=NormSelector(match=match))
     for round_index, ids in enumerate(history):
         screener.screen(g, make_clients(g, sorted(ids), seed=round_index), counts_for(ids))
     path = tmp_path_factory.mktemp("state") / "nested" / "fedlns.npz"
@@ -254,12 +254,15 @@ def test_rule_composes_with_another_aggregator():
     def coordinate_median(updates, num_examples):
         seen.update(ids=set(updates), counts=num_examples)
         return {k: np.median([u[k] for u in updates.values()], axis=0) for k in g}
-    new = result.aggregate(g, clients, rule=coordinate_median)
+    new = result.aggregate(g, clients, aggregator=coordinate_median)
     assert seen["ids"] == set(result.retained) and 4 not in seen["ids"]
     expected = np.median([clients[c]["h.0.ln_1.bias"] for c in result.retained], axis=0)
     np.testing.assert_allclose(new["h.0.ln_1.bias"], expected, atol=1e-6)
     with pytest.raises(ValueError, match="exactly the global model's keys"):
-        result.aggregate(g, clients, rule=lambda updates, counts: {})
+        result.aggregate(g, clients, aggregator=lambda updates, counts: {})
+    with pytest.warns(FutureWarning, match="aggregator="):      # the keyword's former name still works
+        old = result.aggregate(g, clients, rule=coordinate_median)
+    assert all(np.array_equal(old[k], new[k]) for k in g)
 
 
 def test_inputs_are_never_mutated():
@@ -307,7 +310,7 @@ def test_a_state_file_from_before_the_retain_rule_loads_as_the_paper_rule(tmp_pa
     from fedlns_core._io import read_state, write_state
     from fedlns_core._bank import HistoryBank
 
-    screener = FedLNS.paper(activation_threshold=2)
+    screener = FedLNS.paper(activation_threshold=2, selector=NormSelector())
     rng = np.random.default_rng(1)
     clients = {i: {"h.0.ln_1.weight": 1 + 0.01 * rng.standard_normal(4)} for i in range(3)}
     screener.screen({"h.0.ln_1.weight": np.ones(4)}, clients, {i: 1 for i in clients})
@@ -316,8 +319,10 @@ def test_a_state_file_from_before_the_retain_rule_loads_as_the_paper_rule(tmp_pa
                                 lambda h: HistoryBank._expected_arrays(h.get("bank")))
     for name in ("retain_rule", "warmup", "clip"):     # settings the older files do not have
         del header["params"][name]
+    selector = header["params"]["selector"]
+    header["params"]["selector"] = {"rule": selector.pop("match"), **selector}     # its older field name
     header = {k: v for k, v in header.items() if k not in ("format", "kind", "version")}
     write_state(tmp_path / "old.npz", "screener", header, arrays)
     loaded = FedLNS.load(tmp_path / "old.npz")
-    assert (loaded.retain_rule, loaded.warmup, loaded.clip) == ("paper", "hold", None)
+    assert (loaded.retain_rule, loaded.warmup, loaded.clip, loaded.selector.match) == ("paper", "hold", None, "auto")
     assert loaded.screen({"h.0.ln_1.weight": np.ones(4)}, clients, {i: 1 for i in clients}).active

@@ -49,27 +49,33 @@ def expected(names, norm_words):
     (T5, ("layer_norm.",)),
     (NORM12, ("norm1.", "norm2.", "norm.weight")),
 ])
-def test_auto_rule_selects_exactly_the_norm_parameters(names, markers):
+def test_auto_match_selects_exactly_the_norm_parameters(names, markers):
     assert NormSelector().select(names) == expected(names, markers)
 
 
-def test_auto_rule_is_case_insensitive_and_keeps_order():
+def test_auto_match_is_case_insensitive_and_keeps_order():
     names = ["B.LAYERNORM.WEIGHT", "a.ln_f.Bias", "x.weight"]
     assert NormSelector().select(names) == ("B.LAYERNORM.WEIGHT", "a.ln_f.Bias")
 
 
-def test_auto_rule_rejects_lookalikes():
+def test_auto_match_rejects_lookalikes():
     lookalikes = ["normalizer.weight", "kiln.weight", "lnx.bias", "ln_1.running_mean", "c_proj.bias",
                   "transformer.wte.weight", "ln_1", "model.norm.scale_factor"]
     with pytest.raises(ValueError, match="matched none"):
         NormSelector().select(lookalikes)
 
 
-def test_paper_rule_misses_final_rmsnorm_that_auto_keeps():
-    paper = NormSelector(rule="paper").select(LLAMA)
+def test_paper_match_misses_final_rmsnorm_that_auto_keeps():
+    paper = NormSelector(match="paper").select(LLAMA)
     assert "model.norm.weight" not in paper
     assert set(NormSelector().select(LLAMA)) - set(paper) == {"model.norm.weight"}
-    assert NormSelector(rule="paper").select(GPT2) == NormSelector().select(GPT2)
+    assert NormSelector(match="paper").select(GPT2) == NormSelector().select(GPT2)
+
+
+def test_the_old_keyword_rule_still_selects_with_a_warning():
+    with pytest.warns(FutureWarning, match="match="):
+        old = NormSelector(rule="paper")
+    assert old.match == "paper" and old.select(LLAMA) == NormSelector(match="paper").select(LLAMA)
 
 
 def test_patterns_and_keys():
@@ -78,8 +84,8 @@ def test_patterns_and_keys():
     assert NormSelector(keys=keys).select(GPT2) == ("transformer.h.0.ln_1.weight", "transformer.ln_f.bias")
     with pytest.raises(ValueError, match="'nope' is not among"):
         NormSelector(keys=["nope"]).select(GPT2)
-    with pytest.raises(ValueError, match="rule must be one of"):
-        NormSelector(rule="magic").select(GPT2)
+    with pytest.raises(ValueError, match="match must be one of 'auto', 'paper'"):
+        NormSelector(match="magic").select(GPT2)
     with pytest.raises(TypeError, match="not a str"):
         NormSelector(patterns="ln").select(GPT2)
 

@@ -200,11 +200,11 @@ def test_bad_arrays_give_specific_errors():
 
 
 @pytest.mark.parametrize("build", [paper_gpt2, paper_bert, paper_llama], ids=["gpt2", "bert", "llama"])
-def test_norm_names_agree_with_the_core_auto_rule_on_paper_models(build):
+def test_norm_names_agree_with_the_core_auto_match_on_paper_models(build):
     model = build()
     names = norm_parameter_names(model)
     assert names
-    auto = NormSelector(rule="auto").select(list(state_dict_to_numpy(model)))
+    auto = NormSelector(match="auto").select(list(state_dict_to_numpy(model)))
     assert set(names) == set(auto)
     selector = norm_selector(model)
     assert set(selector.select(list(model.state_dict()))) == set(names)

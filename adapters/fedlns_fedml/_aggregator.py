@@ -6,6 +6,7 @@ import json
 import logging
 import numbers
 import os
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -94,7 +95,7 @@ class FedLNSAggregatorMixin:
       their positions in the original list, as FedML expects.
     - ``aggregate(list)`` aggregates the retained entries with the core
       (``w_t + sum_i alpha_i (w_i - w_t)``, Eq. (FedLNS_aggregation): sample-weighted,
-      or ``rule``) and returns a new state dict in the model's dtypes. While the bank
+      or ``aggregator``) and returns a new state dict in the model's dtypes. While the bank
       warms up (``warmup="hold"``) or when nothing is retained it returns ``w_t``
       unchanged (Eq. (FedLNS_skip_update)). Called without a preceding
       ``on_before_aggregation`` (FedML's cross-device server does that), it screens the
@@ -106,10 +107,11 @@ class FedLNSAggregatorMixin:
         Passed to the wrapped aggregator's constructor.
     screener : fedlns_core.FedLNS
         The screener. If ``state_path`` holds saved state, that state replaces it.
-    rule : callable, optional
-        Aggregation rule over the retained clients' updates, as accepted by
-        :meth:`fedlns_core.ScreeningResult.aggregate` (``rule(updates, num_examples)``
-        returning one update). Default: the sample-weighted average.
+    aggregator : callable, optional
+        Aggregator over the retained clients' updates, as accepted by
+        :meth:`fedlns_core.ScreeningResult.aggregate` (``aggregator(updates, num_examples)``
+        returning one update). Default: the sample-weighted average. ``rule=`` is its
+        deprecated name.
     state_path : str or os.PathLike, optional
         Save the screener there after every round (atomic, no pickle) and resume from it.
     log_path : str or os.PathLike, optional
@@ -155,6 +157,7 @@ class FedLNSAggregatorMixin:
     """
 
     def __init__(self, model, args, *, screener: FedLNS,
+                 aggregator: Callable | None = None,
                  rule: Callable | None = None,
                  state_path: str | os.PathLike | None = None,
                  log_path: str | os.PathLike | None = None, **kwargs) -> None:
@@ -162,8 +165,12 @@ class FedLNSAggregatorMixin:
         if not isinstance(screener, FedLNS):
             raise TypeError(f"screener must be a fedlns_core.FedLNS, got {type(screener).__name__}")
         screener.validate_params()
-        if rule is not None and not callable(rule):
-            raise TypeError(f"rule must be callable or None, got {type(rule).__name__}")
+        if rule is not None:
+            warnings.warn(f"{type(self).__name__}(rule=...) is now aggregator=...; rule= will be removed",
+                          FutureWarning, stacklevel=2)
+            aggregator = aggregator if aggregator is not None else rule
+        if aggregator is not None and not callable(aggregator):
+            raise TypeError(f"aggregator must be callable or None, got {type(aggregator).__name__}")
         if getattr(args, "enable_fhe", False):
             raise ValueError("FedLNS cannot screen homomorphically encrypted models (args.enable_fhe)")
         self.journal = ScreeningJournal(state_path=state_path, log_path=log_path)
@@ -171,7 +178,7 @@ class FedLNSAggregatorMixin:
         if resumed is not screener:
             logger.info("FedLNS: resumed screener from %s (round %d)", state_path, resumed.round_)
         self.screener = resumed
-        self.rule = rule
+        self.aggregator = aggregator
         self.state_path = state_path
         self.log_path = log_path
         self.records: list[RoundRecord] = []
@@ -228,7 +235,7 @@ class FedLNSAggregatorMixin:
         if result is None:                      # the round could not be screened: keep w_t
             return snapshot(self._global_state)
         new_global = to_state_dict(
-            result.aggregate(pending.global_arrays, pending.client_arrays, rule=self.rule), self._global_state)
+            result.aggregate(pending.global_arrays, pending.client_arrays, aggregator=self.aggregator), self._global_state)
         # The result is the next broadcast w_{t+1}. The cross-device server sends it without
         # calling set_model_params; where set_model_params follows (cross-silo, sp), it
         # replaces this copy with what was finally installed (e.g. after central DP noise).

@@ -97,11 +97,11 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
             info.update(delta={str(k): v for k, v in result.scores.items()},
                         label={str(k): v for k, v in (result.labels or {}).items()},
                         bic={str(c): v for c, v in (result.bic or {}).items()})
-        rule = None
+        aggregator = None
         if config.method in COMPOSED and result.retained:   # defence in depth: a full-update rule on the retained
-            rule = make_aggregator(COMPOSED[config.method],
-                                   **baseline_parameters(config, COMPOSED[config.method], len(result.retained)))
-        return RoundOutcome(result.aggregate(global_params, client_params, rule=rule), list(result.retained),
+            aggregator = make_aggregator(COMPOSED[config.method],
+                                         **baseline_parameters(config, COMPOSED[config.method], len(result.retained)))
+        return RoundOutcome(result.aggregate(global_params, client_params, aggregator), list(result.retained),
                             bool(result.active), True, info)
     if config.method in ("fedavg", "oracle"):
         kept = [c for c in client_params if config.method == "fedavg" or c not in malicious]

@@ -213,7 +213,7 @@ def test_aggregate_alone_screens_first_as_on_the_cross_device_server():
         torch.testing.assert_close(new_global[key], expected[key])
 
 
-def test_user_rule_aggregates_the_retained_updates():
+def test_user_aggregator_aggregates_the_retained_updates():
     model = make_model()
     entries, deviant = federation(model)
 
@@ -221,7 +221,7 @@ def test_user_rule_aggregates_the_retained_updates():
         keys = next(iter(updates.values())).keys()
         return {key: np.median(np.stack([update[key] for update in updates.values()]), axis=0) for key in keys}
 
-    aggregator = make_aggregator(model, list(range(len(entries))), rule=coordinate_median)
+    aggregator = make_aggregator(model, list(range(len(entries))), aggregator=coordinate_median)
     kept, positions = aggregator.on_before_aggregation(entries)
     new_global = aggregator.aggregate(kept)
     base = model.state_dict()["head.weight"].double()
@@ -368,10 +368,12 @@ def test_a_round_that_cannot_be_screened_keeps_the_global_model(monkeypatch, tmp
     assert json.loads((tmp_path / "log.jsonl").read_text())["error"].endswith("mixture failed")
 
 
-def test_constructor_checks_rule_and_paths(tmp_path):
+def test_constructor_checks_aggregator_and_paths(tmp_path):
     model = make_model()
-    with pytest.raises(TypeError, match="rule"):
-        make_aggregator(model, [1], rule=3)
+    with pytest.raises(TypeError, match="aggregator"):
+        make_aggregator(model, [1], aggregator=3)
+    with pytest.warns(FutureWarning, match="aggregator="):            # the keyword's former name
+        assert make_aggregator(model, [1], rule=len).aggregator is len
     with pytest.raises(ValueError, match="directory"):
         make_aggregator(model, [1], log_path=tmp_path)
     with pytest.raises(ValueError, match="n_init"):

@@ -3,12 +3,12 @@
 One module per rule (``_fedavg``, ``_norm_bounded_fedavg``, ``_coordinate_median``,
 ``_trimmed_mean``, ``_multi_krum``, ``_flame``), each over the one stacked-update view of
 ``_stack``; ``_registry`` names them. Every rule works on client *updates* (deltas ``w_i - w_t``)
-given as named arrays and has the ``rule`` signature
-``(updates, num_examples, **params) -> AggregationResult``. The result reads as the aggregated
+given as named arrays and, its parameters bound, the core's ``fedlns_core.Aggregator`` signature
+``(updates, num_examples) -> update``, returning an ``AggregationResult``. The result reads as the aggregated
 update (a mapping of named arrays) and also says which clients the rule kept (Multi-Krum's
-selection, FLAME's cluster) for detection rates, so a rule composes with FedLNS::
+selection, FLAME's cluster) for detection rates, so each one composes with FedLNS::
 
-    new_global = screening_result.aggregate(global_params, client_params, rule=coordinate_median)
+    new_global = screening_result.aggregate(global_params, client_params, aggregator=coordinate_median)
 
 and the simulator's server step is::
 

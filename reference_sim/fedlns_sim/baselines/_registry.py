@@ -18,14 +18,15 @@ from ._trimmed_mean import trimmed_mean
 
 @dataclass(frozen=True)
 class _Entry:
-    """A rule and the names of its keyword parameters (``check_finite`` aside, which every rule takes)."""
+    """An aggregation function and the names of its keyword parameters (``check_finite`` aside, which every one
+    takes)."""
 
-    rule: Callable[..., AggregationResult]
+    function: Callable[..., AggregationResult]
     required: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
 
 
-_RULES: dict[str, _Entry] = {
+_FUNCTIONS: dict[str, _Entry] = {
     "fedavg": _Entry(fedavg),
     "norm_bounded_fedavg": _Entry(norm_bounded_fedavg, optional=("bound",)),
     "coordinate_median": _Entry(coordinate_median),
@@ -33,34 +34,34 @@ _RULES: dict[str, _Entry] = {
     "multi_krum": _Entry(multi_krum, required=("f", "m"), optional=("weighted",)),
     "flame": _Entry(flame, optional=("random_state", "noise_scale", "min_samples", "weighted")),
 }
-AGGREGATOR_NAMES: tuple[str, ...] = tuple(_RULES)
+AGGREGATOR_NAMES: tuple[str, ...] = tuple(_FUNCTIONS)
 
 
 @dataclass(frozen=True)
 class Aggregator:
-    """A named rule with its parameters bound; made by :func:`make_aggregator`.
+    """A named aggregator with its parameters bound; made by :func:`make_aggregator`.
 
-    Calling it has the ``rule`` signature, so it can be passed to
-    ``ScreeningResult.aggregate(..., rule=aggregator)``; the :class:`AggregationResult` it returns
-    reads as the update and also says which clients the rule kept.
+    Calling it has the core's :data:`fedlns_core.Aggregator` signature, so it can be passed to
+    ``ScreeningResult.aggregate(..., aggregator=...)``; the :class:`AggregationResult` it returns
+    reads as the update and also says which clients the aggregator kept.
     """
 
     name: str
     params: dict[str, Any]
 
     def __call__(self, updates: Updates, num_examples: Mapping[ClientId, float]) -> AggregationResult:
-        return _RULES[self.name].rule(updates, num_examples, **self.params)
+        return _FUNCTIONS[self.name].function(updates, num_examples, **self.params)
 
 
 def make_aggregator(name: str, **params: Any) -> Aggregator:
-    """Bind a rule's parameters; unknown names or parameters raise with the allowed ones.
+    """Bind an aggregator's parameters; unknown names or parameters raise with the allowed ones.
 
     Parameters
     ----------
     name : str
         One of :data:`AGGREGATOR_NAMES`.
     **params
-        The rule's keyword parameters (e.g. ``trim_fraction``, ``f``, ``m``, ``bound``,
+        The aggregator's keyword parameters (e.g. ``trim_fraction``, ``f``, ``m``, ``bound``,
         ``random_state``, ``check_finite``). Required ones are checked here.
 
     Raises
@@ -76,9 +77,9 @@ def make_aggregator(name: str, **params: Any) -> Aggregator:
     >>> agg.params
     {'f': 8, 'm': 12}
     """
-    if name not in _RULES:
+    if name not in _FUNCTIONS:
         raise ValueError(f"unknown aggregator {name!r}; choose one of {list(AGGREGATOR_NAMES)}")
-    entry = _RULES[name]
+    entry = _FUNCTIONS[name]
     allowed = [*entry.required, *entry.optional, "check_finite"]
     unknown = sorted(set(params) - set(allowed))
     if unknown:
