@@ -8,6 +8,7 @@ translate those frameworks' objects.
 from ._aggregate import AggregationRule, Aggregator, apply_update, weighted_average
 from ._bank import HistoryBank
 from ._journal import ScreeningJournal
+from ._lora import lora_payload_keys
 from ._mixture import MixtureDecision, bic_gmm_retain
 from ._plan import ActivationPlan, plan_activation
 from ._robust import deviation_scores, median_mad, standardize
@@ -35,6 +36,7 @@ __all__ = [
     "deviation_scores",
     "escape_text",
     "extract_signature",
+    "lora_payload_keys",
     "median_mad",
     "plan_activation",
     "rule_for_round_size",

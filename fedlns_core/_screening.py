@@ -17,7 +17,7 @@ from ._mixture import bic_gmm_retain
 from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
 from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, SELECTOR_CONSTRAINTS, validate_settings
-from ._signature import NormSelector, flat_signature
+from ._signature import NormSelector, signature_layout
 from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, sketch_updates, support_rule
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
                      escape_text, id_sort_key, read_count)
@@ -55,7 +55,13 @@ class ScreeningResult:
         Example count of each retained client as used for its weight: as given, or capped at
         ``max_count_ratio`` times the median count of the retained clients.
     signature_keys : tuple of str
-        The parameters that formed the signature.
+        The signature's entries: parameter names (norm signature) and ``"<factor> column norms"`` /
+        ``"<factor> row norms"`` (LoRA signature).
+    signature : str
+        ``"norm"``, ``"lora"`` or ``"lora+norm"``: what the signature held this round.
+    deviant_entries : dict of client id to str
+        For each screened and rejected client, the signature entry it deviates most in (largest mean absolute
+        standardized value): which layer's change gave it away.
     capped_counts : dict of client id to float
         The count each retained client gave, for those whose count was capped.
     support : dict of client id to float
@@ -78,6 +84,8 @@ class ScreeningResult:
     weights: dict[ClientId, float] = field(default_factory=dict)
     num_examples: dict[ClientId, float] = field(default_factory=dict)
     signature_keys: tuple[str, ...] = ()
+    signature: str = ""
+    deviant_entries: dict[ClientId, str] = field(default_factory=dict)
     capped_counts: dict[ClientId, float] = field(default_factory=dict)
     support: dict[ClientId, float] = field(default_factory=dict)
     clip_scales: dict[ClientId, float] = field(default_factory=dict)
@@ -111,7 +119,8 @@ class ScreeningResult:
     def explain(self) -> str:
         """A short human-readable account of the decision."""
         lines = [f"round {self.round}: bank {self.bank_size} clients, "
-                 + ("screening active" if self.active else "warming up (screening inactive)")]
+                 + ("screening active" if self.active else "warming up (screening inactive)")
+                 + (f", {self.signature} signature of {len(self.signature_keys)} entries" if self.signature else "")]
         if self.n_components is not None:
             bic = ", ".join(f"BIC({c})={value:.6g}" for c, value in sorted((self.bic or {}).items()))
             lines.append(f"  mixture: {self.n_components} component(s) [{bic}]")
@@ -121,7 +130,9 @@ class ScreeningResult:
             score = f" delta={self.scores[client_id]:.3g}" if client_id in self.scores else ""
             if client_id in self.support:
                 score += f" support={self.support[client_id]:.3g}"
-            lines.append(f"  rejected {_shown(client_id)}:{score} {escape_text(reason, 400)}")
+            entry = f" (largest deviation in {escape_text(self.deviant_entries[client_id], 120)})" \
+                if client_id in self.deviant_entries else ""
+            lines.append(f"  rejected {_shown(client_id)}:{score} {escape_text(reason, 400)}{entry}")
         for client_id, given in self.capped_counts.items():
             lines.append(f"  capped count of {_shown(client_id)}: {given:.6g} -> {self.num_examples[client_id]:.6g}")
         clipped = {client_id: scale for client_id, scale in self.clip_scales.items() if scale < 1}
@@ -145,7 +156,8 @@ class ScreeningResult:
             "bic": None if self.bic is None else {str(c): _plain(value) for c, value in self.bic.items()},
             "labels": pairs(self.labels), "weights": pairs(self.weights),
             "num_examples": pairs(self.num_examples), "capped_counts": pairs(self.capped_counts),
-            "signature_keys": list(self.signature_keys),
+            "signature_keys": list(self.signature_keys), "signature": self.signature,
+            "deviant_entries": pairs(self.deviant_entries),
             "support": pairs(self.support), "clip_scales": pairs(self.clip_scales),
         }
 
@@ -180,7 +192,7 @@ def rule_for_round_size(clients_per_round: int) -> dict[str, Any]:
 WARMUP_CLIP_QUANTILE = 0.25
 
 #: The paper's configuration (``FedLNS.paper()``): its retain rule, its warm-up hold, no clipping.
-PAPER_SETTINGS = dict(retain_rule="paper", warmup="hold", clip=None, activation_threshold=100)
+PAPER_SETTINGS = dict(signature="norm", retain_rule="paper", warmup="hold", clip=None, activation_threshold=100)
 
 
 class FedLNS:
@@ -201,8 +213,16 @@ class FedLNS:
 
     Parameters
     ----------
+    signature : {"auto", "norm", "lora"}, default="auto"
+        What is banked and screened for each client. ``"norm"``: the change of its normalization parameters
+        (eq. ``sig_layer``, the paper's). ``"lora"``: the LoRA signature, the column norms of the change of
+        every LoRA ``A`` factor and the row norms of the change of every ``B`` (``docs/concepts.md``), for
+        adapter payloads. ``"auto"``: what the history bank already holds, else, at the first round, the LoRA
+        signature where the payload holds LoRA factors, the norms where it holds norms, both where both
+        (beside LoRA factors the norms count only when at least half of the round's clients changed them:
+        frozen norms sent back unchanged carry nothing).
     selector : NormSelector, optional
-        Which parameters form the signature; default ``NormSelector(match="auto")``.
+        Which parameters are the normalization parameters; default ``NormSelector(match="auto")``.
     activation_threshold : int, default=100
         ``M_act``: bank size at which screening starts (the paper: half of K=200 clients); for the
         ``"support"`` rule also how many of the most recent bank entries it groups. Plan it for your
@@ -309,7 +329,8 @@ class FedLNS:
     >>> new_global = result.aggregate(global_params, clients)
     """
 
-    def __init__(self, *, selector: NormSelector | None = None, activation_threshold: int = 100,
+    def __init__(self, *, signature: str = "auto", selector: NormSelector | None = None,
+                 activation_threshold: int = 100,
                  mad_floor: float = 1e-6, components: str = "bic", reg_covar: float = 1e-4,
                  n_init: int = 5, max_iter: int = 200, mixture_solver: str = "fast", ema: float = 0.0,
                  warmup: str = "aggregate",
@@ -318,6 +339,7 @@ class FedLNS:
                  min_separation: float = 0.0, separation: float = 0.5, max_groups: int = 4,
                  loud_separation: float = 6.0,
                  sketch_dim: int = 2048, clip: str | None = "median"):
+        self.signature = signature
         self.selector = selector
         self.activation_threshold = activation_threshold
         self.mad_floor = mad_floor
@@ -448,7 +470,6 @@ class FedLNS:
             raise TypeError("client_params and num_examples must be mappings keyed by client id")
         global_params = check_global_params(global_params)
         selector = settings["selector"] if settings["selector"] is not None else NormSelector()
-        keys = tuple(sorted(selector.select(global_params)))
         participants = {check_client_id(client_id): None for client_id in client_params}
         participants.update({check_client_id(client_id): None for client_id in num_examples})
 
@@ -469,18 +490,21 @@ class FedLNS:
                 rejected[client_id] = f"invalid: {problem}"
         valid = [client_id for client_id in participants if client_id not in rejected]
 
-        # 2. Signatures (eq. sig_layer), (N, D) float64, in canonical id order; for the support rule each row
-        #    goes on with the client's update sketch (N, k), banked beside it, and its update's norm.
+        # 2. Signatures (eq. sig_layer, or the LoRA signature), (N, D) float64, in canonical id order; for the
+        #    support rule each row goes on with the client's update sketch (N, k), banked beside it, and its
+        #    update's norm.
         canonical = sorted(valid, key=id_sort_key)
-        shapes = [global_params[key].shape for key in keys]
-        width = sum(int(np.prod(shape)) for shape in shapes)
+        signature = signature_layout(settings["signature"], global_params, selector,
+                                     [arrays[client_id] for client_id in canonical],
+                                     [key for key in self.bank.keys if key not in (SKETCH_KEY, ROUND_KEY)])
+        keys, shapes, width = signature.keys, list(signature.shapes), signature.width
         supporting = settings["retain_rule"] == "support"
         sketch_dim = settings["sketch_dim"] if supporting else 0
         norms = {}
         with np.errstate(over="ignore", invalid="ignore"):
             signatures = np.empty((len(canonical), width + sketch_dim + 2 * supporting))
             for row, client_id in zip(signatures, canonical):
-                flat_signature(global_params, arrays[client_id], keys, out=row[:width])
+                signature.write(global_params, arrays[client_id], row[:width])
             if supporting:
                 signatures[:, width:-2], client_norms = sketch_updates(
                     global_params, [arrays[client_id] for client_id in canonical], sorted(global_params),
@@ -525,7 +549,7 @@ class FedLNS:
         round_index = self.round_
         screened = set(canonical)
         valid = [client_id for client_id in valid if client_id in screened]
-        common = dict(round=round_index, bank_size=len(refresh), signature_keys=keys)
+        common = dict(round=round_index, bank_size=len(refresh), signature_keys=keys, signature=signature.kind)
         if len(refresh) < settings["activation_threshold"] and settings["warmup"] != "screen":
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
             result = ScreeningResult(active=False, retained=retained, rejected=rejected,
@@ -572,11 +596,15 @@ class FedLNS:
             for client_id in valid:
                 if label_of[client_id] != 0:
                     rejected[client_id] = reason_of[client_id]
+            flagged = labels != 0
+            deviant = dict(zip([c for c, flag in zip(canonical, flagged) if flag],
+                               _deviant_entries(features[flagged], signature)))
             result = ScreeningResult(
                 active=True, retained=retained, rejected=rejected,
                 scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
                 n_components=n_components, bic=bic or None,
                 labels={client_id: label_of[client_id] for client_id in valid}, support=support,
+                deviant_entries=deviant,
                 **self._weighting(retained, counts, settings["max_count_ratio"]),
                 **self._clipping(retained, arrays, global_params, norms, settings), **common)
 
@@ -625,6 +653,23 @@ class FedLNS:
         sketches, _ = sketch_updates(global_params, [client_params[i] for i in ids], sorted(global_params),
                                      self.sketch_dim, self._sketch_key())
         return dict(zip(ids, sketches))
+
+    def client_signatures(self, global_params: ParamDict,
+                          client_params: Mapping[ClientId, ParamDict]) -> tuple[tuple[str, ...], dict]:
+        """``(entries, {id: (D,) float64 signature})``: each client's signature as :meth:`screen` reads it now (the
+        layout the bank holds, else the one this payload gives), without screening anything.
+
+        For offline analysis of recorded rounds, beside :meth:`update_sketches`.
+        """
+        settings = self._settings_in_use()
+        selector = settings["selector"] if settings["selector"] is not None else NormSelector()
+        layout = signature_layout(settings["signature"], global_params, selector, list(client_params.values()),
+                                  [key for key in self.bank.keys if key not in (SKETCH_KEY, ROUND_KEY)])
+        rows = {}
+        for client_id, params in client_params.items():
+            rows[client_id] = np.empty(layout.width)
+            layout.write(global_params, params, rows[client_id])
+        return layout.keys, rows
 
     def _sketch_key(self) -> int:
         """The secret seed of the update sketch's signs: from ``random_state``, else drawn once and saved."""
@@ -695,8 +740,8 @@ class FedLNS:
 
         Settings are checked against the same table as the constructor's; the round must be an int >= 0.
         A file written before ``max_count_ratio`` existed gets its default; one written before
-        ``mixture_solver``, ``clip``, ``retain_rule`` or ``warmup`` existed keeps what it was written with
-        (``"sklearn"``, no clipping, the paper's rule and warm-up), not today's defaults.
+        ``mixture_solver``, ``clip``, ``retain_rule``, ``warmup`` or ``signature`` existed keeps what it was
+        written with (``"sklearn"``, no clipping, the paper's rule, warm-up and signature), not today's defaults.
         """
         header, arrays = read_state(path, "screener",
                                     lambda h: HistoryBank._expected_arrays(h.get("bank") if isinstance(h, dict) else None))
@@ -709,6 +754,7 @@ class FedLNS:
             params.setdefault("clip", None)              # written before clipping existed
             params.setdefault("retain_rule", "paper")    # before the setting existed the paper's rule was the only one
             params.setdefault("warmup", "hold")          # and the paper's warm-up the only one
+            params.setdefault("signature", "norm")       # and the norms the only signature
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)
@@ -746,6 +792,17 @@ def _plain(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _deviant_entries(features: np.ndarray, signature) -> list[str]:
+    """For each row of standardized ``features`` (eq. ``z_full``), the signature entry of largest mean ``|z|``."""
+    if not features.shape[0]:
+        return []
+    sizes = np.array([int(np.prod(shape)) for shape in signature.shapes])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    means = np.add.reduceat(np.abs(features), starts, axis=1) / np.maximum(sizes, 1)
+    means[:, sizes == 0] = -np.inf                 # reduceat reads an empty entry's neighbour
+    return [signature.keys[index] for index in np.argmax(means, axis=1)]
 
 
 def _shown(client_id) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._signature import NAME_MATCHES, NormSelector
+from ._signature import NAME_MATCHES, SIGNATURES, NormSelector
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ _NONE = object()
 
 #: Every setting of the screener and its bank, with the values it accepts (``None`` where listed).
 PARAMETER_CONSTRAINTS: dict[str, list] = {
+    "signature": [Options(SIGNATURES)],
     "selector": [InstanceOf(NormSelector), None],
     "activation_threshold": [Interval("int", 0)],
     "mad_floor": [Interval("real", 0, None, closed="neither")],

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ._lora import COLUMN_NORMS, MAGNITUDE, ROW_NORMS, change_norms, lora_entries, lora_pairs
 from ._types import ParamDict
 
 # A module name is a normalization layer when one of its words (split at '_' and camelCase) is one of
@@ -205,3 +207,117 @@ def flat_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
         np.subtract(client_params[key], reference, out=part, dtype=np.float64)   # exact for float32 inputs
         offset += reference.size
     return out
+
+
+#: ``FedLNS(signature=...)``: which statistic of a client's payload is banked and screened.
+SIGNATURES = ("auto", "norm", "lora")
+_LORA_STATISTICS = {COLUMN_NORMS: "columns", ROW_NORMS: "rows"}
+
+
+@dataclass(frozen=True)
+class SignatureLayout:
+    """The signature a screener reads from each payload: its entries (sorted names: the bank's layout), the
+    payload key each entry is computed from and how: ``"delta"`` (a normalization parameter's change, eq.
+    ``sig_layer``), ``"columns"`` or ``"rows"`` (the column or row norms of a LoRA factor's change,
+    ``fedlns_core._lora``) or ``"magnitude"`` (a DoRA magnitude vector's change)."""
+
+    keys: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    sources: tuple[str, ...]
+    statistics: tuple[str, ...]
+
+    @property
+    def width(self) -> int:
+        return sum(int(np.prod(shape)) for shape in self.shapes)
+
+    @property
+    def kind(self) -> str:
+        """``"norm"``, ``"lora"`` or ``"lora+norm"``: the parts the signature holds."""
+        parts = {"norm" if statistic == "delta" else "lora" for statistic in self.statistics}
+        return "+".join(sorted(parts))
+
+    def write(self, global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
+              out: np.ndarray) -> None:
+        """The client's signature, flattened in ``keys`` order, into the float64 array ``out`` of length
+        :attr:`width` (for norm entries the values of :func:`flat_signature`)."""
+        offset = 0
+        for shape, source, statistic in zip(self.shapes, self.sources, self.statistics):
+            size = int(np.prod(shape))
+            part = out[offset: offset + size]
+            if statistic in ("delta", "magnitude"):
+                np.subtract(client_params[source], global_params[source], out=part.reshape(shape), dtype=np.float64)
+            else:
+                change_norms(client_params[source], global_params[source], statistic, part)
+            offset += size
+
+
+def signature_layout(signature: str, global_params: Mapping[str, np.ndarray], selector: NormSelector,
+                     clients: Sequence[Mapping[str, np.ndarray]] = (),
+                     bank_keys: Sequence[str] = ()) -> SignatureLayout:
+    """The layout ``FedLNS(signature=...)`` reads from payloads shaped like ``global_params``.
+
+    ``"norm"``: the entries ``selector`` picks (eq. ``sig_layer``). ``"lora"``: the LoRA signature of every LoRA
+    module (``fedlns_core._lora``). ``"auto"``: what the history bank already holds (``bank_keys``), else, at the
+    first round, the LoRA signature where the payload holds LoRA factors and the normalization entries where it
+    holds them, both where both; beside LoRA factors the norms count only when at least half of the round's
+    ``clients`` changed them (frozen norms sent back unchanged would dilute the score with zeros).
+
+    Raises ``ValueError`` when the payload has nothing of the requested kind.
+    """
+    if signature == "auto" and bank_keys:
+        return _layout_from_names(bank_keys, global_params)
+    pairs = lora_pairs(global_params) if signature in ("auto", "lora") else []
+    if signature == "lora" and not pairs:
+        raise ValueError(f"signature='lora' needs LoRA factors (<module>.lora_A.weight with its lora_B twin) in "
+                         f"the payload; got keys such as {sorted(global_params)[:3]}")
+    norms: tuple[str, ...] = ()
+    if signature == "norm":
+        norms = selector.select(global_params)
+    elif signature == "auto":
+        try:
+            norms = selector.select(global_params)
+        except ValueError:
+            if not pairs:
+                raise ValueError(f"signature='auto' found neither LoRA factors (<module>.lora_A.weight with its "
+                                 f"lora_B twin) nor normalization parameters ({selector!r}) among the payload's "
+                                 f"keys, such as {sorted(global_params)[:3]}; pass selector= or "
+                                 f"signature=") from None
+        if pairs and norms and clients and 2 * sum(_changed(client, global_params, norms) for client in clients) \
+                < len(clients):
+            norms = ()
+    entries = [(key, key, "delta", tuple(np.shape(global_params[key]))) for key in norms]
+    entries += [(name, source, statistic, (length,))
+                for name, source, statistic, length in lora_entries(pairs, global_params)]
+    entries.sort()
+    return SignatureLayout(tuple(entry[0] for entry in entries), tuple(entry[3] for entry in entries),
+                           tuple(entry[1] for entry in entries), tuple(entry[2] for entry in entries))
+
+
+def _is_magnitude(name: str) -> bool:
+    parts = name.split(".")
+    return MAGNITUDE in parts[-3:]
+
+
+def _changed(client: Mapping[str, np.ndarray], global_params: Mapping[str, np.ndarray], keys) -> bool:
+    return any(not np.array_equal(client[key], global_params[key]) for key in keys)
+
+
+def _layout_from_names(names: Sequence[str], global_params: Mapping[str, np.ndarray]) -> SignatureLayout:
+    """The layout whose entries are ``names`` (a bank's), read from payloads shaped like ``global_params``."""
+    keys, shapes, sources, statistics = [], [], [], []
+    for name in names:
+        suffix = next((suffix for suffix in _LORA_STATISTICS if name.endswith(suffix)), None)
+        source = name[: -len(suffix)] if suffix else name
+        if source not in global_params:
+            raise ValueError(f"the history bank's signature entry {name!r} reads {source!r}, which the payload "
+                             f"does not hold")
+        shape = np.shape(global_params[source])
+        if suffix:
+            if len(shape) != 2:
+                raise ValueError(f"the history bank's LoRA entry {name!r} needs a 2-D {source!r}, got {shape}")
+            shape = (shape[1],) if _LORA_STATISTICS[suffix] == "columns" else (shape[0],)
+        keys.append(name)
+        shapes.append(tuple(shape))
+        sources.append(source)
+        statistics.append(_LORA_STATISTICS[suffix] if suffix else "magnitude" if _is_magnitude(name) else "delta")
+    return SignatureLayout(tuple(keys), tuple(shapes), tuple(sources), tuple(statistics))

@@ -1,4 +1,5 @@
-"""The FlowerTune-style PEFT example in a real Flower simulation: LoRA+norm payloads, attackers rejected, loss falls."""
+"""The FlowerTune-style PEFT example in a real Flower simulation: LoRA-only payloads (norms frozen, as the stacks
+ship), attackers that poison the adapters rejected by the LoRA signature, the held-out loss falls."""
 
 from __future__ import annotations
 
@@ -47,9 +48,10 @@ def test_peft_simulation_rejects_attackers_and_the_held_out_loss_falls(tmp_path)
                               num_attackers=NUM_ATTACKERS, num_benign=NUM_CLIENTS - NUM_ATTACKERS)
     rounds = [json.loads(line) for line in (output_dir / "screening.jsonl").read_text().splitlines()]
     assert len(rounds) == NUM_ROUNDS and all(entry["screening"]["active"] for entry in rounds)
-    # The signature is the norms of the payload only, never LoRA A/B.
+    # Norms frozen: the payload is LoRA A/B only, and FedLNS() screens it by the LoRA signature.
+    assert all(entry["screening"]["signature"] == "lora" for entry in rounds)
     keys = rounds[0]["screening"]["signature_keys"]
-    assert keys and all("lora_" not in key and "norm" in key for key in keys)
+    assert keys and all(key.endswith((".lora_A.weight column norms", ".lora_B.weight row norms")) for key in keys)
     losses = [json.loads(line)["loss"] for line in (output_dir / "held_out_loss.jsonl").read_text().splitlines()]
     assert len(losses) == NUM_ROUNDS + 1  # round 0 (initial adapter) and after every round
     assert losses[-1] < losses[0] - 0.1, losses

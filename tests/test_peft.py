@@ -26,6 +26,7 @@ from fedlns_core import FedLNS, NormSelector  # noqa: E402
 from fedlns_torch import (  # noqa: E402
     FrozenNormError,
     load_numpy_into_peft_model,
+    lora_parameter_names,
     make_norms_trainable,
     norm_parameter_names,
     norm_selector,
@@ -98,6 +99,21 @@ def test_lora_payload_norm_entries_are_what_adapter_and_core_select(architecture
     assert len(names) == len(norm_parameter_names(_base(architecture)))
     wrapped = [module.original_module for module in model.modules() if isinstance(module, ModulesToSaveWrapper)]
     assert wrapped and all(type(inner).__name__.endswith("Norm") for inner in wrapped)
+
+
+@pytest.mark.parametrize("dora", [False, True])
+def test_lora_signature_entries_are_what_adapter_and_core_read(architecture, dora):
+    """Norms frozen (as the stacks ship): the payload is the adapter only, and FedLNS() reads every LoRA factor (and
+    DoRA magnitude) of it, under the names the torch adapter gives."""
+    base = _base(architecture)
+    model = get_peft_model(base, LoraConfig(r=2, target_modules=ARCHITECTURES[architecture][1], use_dora=dora))
+    payload = peft_state_dict_to_numpy(model)
+    names = lora_parameter_names(model)
+    assert set(names) == set(payload)                                 # the adapter's payload is all LoRA
+    assert sum(".lora_magnitude_vector" in name for name in names) == (len(names) // 3 if dora else 0)
+    keys, rows = FedLNS().client_signatures(payload, {0: payload})
+    sources = {key.split(" ")[0] for key in keys}
+    assert sources == set(names) and not rows[0].any()
 
 
 def test_ln_tuning_payload_norm_entries_are_what_adapter_and_core_select(architecture):

@@ -70,8 +70,11 @@ def test_screener_settings_come_from_the_config():
         expected.retain_rule, expected.min_separation, expected.lone_separation, None)
     assert planned.activation_threshold == config.activation_threshold and planned.mixture_solver == "fast"
     default = make_screener(make_config("cpu", "gpt", method="fedlns_default", warmup="hold"))
-    planned = FedLNS.for_federation(100, 10)                        # the population size, nothing else
-    assert default.get_params() == {**planned.get_params(), "random_state": default.random_state}
+    planned = FedLNS.for_federation(100, 10, signature="norm")      # the population size, nothing else; the
+    assert default.get_params() == {**planned.get_params(), "random_state": default.random_state}   # norms as set
+    automatic = make_screener(make_config("cpu", "gpt", method="fedlns_default", signature="auto"))
+    assert automatic.get_params() == {**FedLNS.for_federation(100, 10).get_params(),
+                                      "random_state": automatic.random_state}       # exactly FedLNS()
     assert make_screener(make_config("cpu", "gpt", method="fedavg")) is None
 
 

@@ -19,6 +19,7 @@ from fedlns_torch._norms import norm_parameter_names, norm_selector
 from fedlns_torch._peft import (
     is_peft_model,
     load_numpy_into_peft_model,
+    lora_parameter_names,
     make_norms_trainable,
     peft_state_dict_to_numpy,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "is_peft_model",
     "load_numpy_into_model",
     "load_numpy_into_peft_model",
+    "lora_parameter_names",
     "make_norms_trainable",
     "norm_parameter_names",
     "norm_selector",

@@ -65,6 +65,17 @@ def payload_keys_of(model, names, *, adapter_name: str | None = None) -> dict[st
     return found
 
 
+def lora_parameter_names(model, *, adapter_name: str | None = None) -> tuple[str, ...]:
+    """Payload keys of the LoRA factors (``lora_A``, ``lora_B``) and DoRA magnitude vectors of a PEFT model's
+    active (or named) adapter: what ``FedLNS(signature="lora")`` (and ``"auto"``) reads from the payload, by
+    :func:`fedlns_core.lora_payload_keys`. Empty for an adapter without LoRA factors (prefix tuning, IA3, ...).
+    """
+    from fedlns_core import lora_payload_keys
+
+    _require_peft_model(model)
+    return lora_payload_keys(peft_state_dict_to_numpy(model, adapter_name=adapter_name))
+
+
 def peft_state_dict_to_numpy(model, *, adapter_name: str | None = None) -> dict[str, np.ndarray]:
     """A PEFT model's payload (``get_peft_model_state_dict``) as a named numpy dict.
 

@@ -130,7 +130,7 @@ class Config:
     lora_alpha: int = 16
     lora_targets: str = ""                # comma-separated module names; "" = the family's attention projections
     peft_norms: bool = True               # norms trainable and in the payload (fedlns_torch.make_norms_trainable)
-    signature: str = "norms"              # FedLNS's input: norms | lora_stats (fedlns_core.experimental.lora_signature)
+    signature: str = "norms"              # FedLNS's signature: norms | lora_stats | auto (methods.SIGNATURES)
 
     @property
     def clients_per_round(self) -> int:
@@ -200,11 +200,12 @@ class Config:
             (self.warmup in ("hold", "aggregate"), f"warmup must be hold or aggregate, got {self.warmup!r}"),
             (self.mixture_solver in MIXTURE_SOLVERS,
              f"mixture_solver must be one of {MIXTURE_SOLVERS}, got {self.mixture_solver!r}"),
-            (self.signature in ("norms", "lora_stats"), f"signature must be norms or lora_stats, got {self.signature!r}"),
-            (self.signature == "norms" or self.peft == "lora", "signature='lora_stats' needs peft='lora'"),
+            (self.signature in ("norms", "lora_stats", "auto"),
+             f"signature must be norms, lora_stats or auto, got {self.signature!r}"),
+            (self.signature != "lora_stats" or self.peft == "lora", "signature='lora_stats' needs peft='lora'"),
             (not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
              "with peft_norms=false the payload carries no normalization parameter for FedLNS to screen: set "
-             "peft_norms=true (the recipe in docs/peft.md) or signature=lora_stats (experimental)"),
+             "peft_norms=true (the recipe in docs/peft.md) or signature=lora_stats or auto"),
         ]
         for ok, message in checks:
             if not ok:

@@ -31,19 +31,23 @@ class RoundOutcome:
     info: dict                      # method diagnostics, JSON-ready
 
 
+#: The simulator's ``signature`` setting and the core's ``FedLNS(signature=...)`` it stands for (the simulator's
+#: names predate the core's and name archived runs).
+SIGNATURES = {"norms": "norm", "lora_stats": "lora", "auto": "auto"}
+
+
 def make_screener(config):
     """The FedLNS screener of a run (None for the other methods)."""
     if not config.method.startswith("fedlns"):
         return None
     from fedlns_core import FedLNS, rule_for_round_size
-    from fedlns_core.experimental import lora_selector
 
-    selector = lora_selector() if config.signature == "lora_stats" else None
+    signature = SIGNATURES[config.signature]
     seed = stream_seed(config.seed, "screening")
     if config.method == "fedlns_default":   # exactly FedLNS's default, planned from the population size alone
-        return FedLNS.for_federation(config.num_clients, config.clients_per_round, selector=selector,
+        return FedLNS.for_federation(config.num_clients, config.clients_per_round, signature=signature,
                                      random_state=seed)
-    settings = dict(selector=selector, activation_threshold=config.activation_threshold,
+    settings = dict(signature=signature, activation_threshold=config.activation_threshold,
                     components="two" if config.method == "fedlns_two" else "bic",
                     mixture_solver=config.mixture_solver, warmup=config.warmup, random_state=seed)
     if config.retain_rule == "for_federation":   # the paper-family rule measured best for this round size
@@ -83,12 +87,7 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
     clients, the ceiling of any screening defence.
     """
     if screener is not None:
-        if config.signature == "lora_stats":   # decide on a LoRA-native view, aggregate the real payloads
-            from fedlns_core.experimental import lora_signature
-
-            result = screener.screen(*lora_signature(global_params, client_params), num_examples)
-        else:
-            result = screener.screen(global_params, client_params, num_examples)
+        result = screener.screen(global_params, client_params, num_examples)
         info = {"active": bool(result.active), "bank_size": int(result.bank_size),
                 "n_components": result.n_components,
                 "rejected_reasons": {str(k): v for k, v in result.rejected.items()},

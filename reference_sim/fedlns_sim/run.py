@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from fedlns_core import FedLNS, NormSelector
-from fedlns_core.experimental import lora_signature
 
 from . import finetune, runfiles
 from .attacks import Attack, make_attack
@@ -120,7 +119,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
             if server.screener is not None:   # FedLNS's diagnostics: bank-entry ages, the signatures it saw
                 outcome.info.update(_bank_ages(server.last_seen, sampled, t))
                 if config.record_signatures:
-                    _save_signatures(run_dir, t, config, server, sent, outcome.info["signature_keys"])
+                    _save_signatures(run_dir, t, config, server, sent)
             server.round, server.global_params = t, outcome.params
             metrics, eval_time = _timed(_evaluate, federation, server.global_params)
             times = {"client_time_s": client_time, "server_time_s": server_time, "eval_time_s": eval_time}
@@ -310,19 +309,14 @@ def _norm_keys(params: dict) -> frozenset:
         return frozenset()
 
 
-def _save_signatures(run_dir: Path, t: int, config: Config, server: _Server, client_params: dict, keys) -> None:
-    """Each client's flat normalization signature of round t as FedLNS saw it, from the global weights the round
-    started from (for offline replay of the screening); for the ``"support"`` rule also each client's update
-    sketch and the round's stamp in the bank (``server.screener`` has taken in the round)."""
-    from fedlns_core import extract_signature
-
+def _save_signatures(run_dir: Path, t: int, config: Config, server: _Server, client_params: dict) -> None:
+    """Each client's flat signature of round t as FedLNS saw it, from the global weights the round started from
+    (for offline replay of the screening); for the ``"support"`` rule also each client's update sketch and the
+    round's stamp in the bank (``server.screener`` has taken in the round)."""
     global_params, screener = server.global_params, server.screener
-    if config.signature == "lora_stats":
-        global_params, client_params = lora_signature(global_params, client_params)
     ids = sorted(client_params)
-    rows = np.stack([np.concatenate([part.ravel() for part in
-                                     extract_signature(global_params, client_params[c], keys).values()])
-                     for c in ids])   # (n_clients, D) float64
+    keys, signatures = screener.client_signatures(global_params, {c: client_params[c] for c in ids})
+    rows = np.stack([signatures[c] for c in ids])   # (n_clients, D) float64
     arrays = {"clients": np.asarray(ids), "signatures": rows, "keys": np.asarray(keys)}
     if screener.retain_rule == "support":
         sketches = screener.update_sketches(global_params, client_params)

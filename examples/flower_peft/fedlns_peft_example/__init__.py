@@ -1,1 +1,1 @@
-"""A FlowerTune-style Flower app: LoRA+norm fine-tuning of a tiny LLaMA, screened by FedLNS on the server."""
+"""A FlowerTune-style Flower app: LoRA fine-tuning of a tiny LLaMA, screened by FedLNS on the server."""

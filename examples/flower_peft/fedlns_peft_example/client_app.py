@@ -1,4 +1,4 @@
-"""ClientApp: receive the adapter+norm payload, train LoRA and norms, send the PEFT state dict back."""
+"""ClientApp: receive the adapter payload, train it (LoRA, and the norms with train-norms), send the PEFT state dict back."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from flwr.serverapp.strategy import FedAvg
 from fedlns_core import FedLNS
 from fedlns_flower import FedLNSStrategy, arrayrecord_to_numpy, numpy_to_arrayrecord
 from fedlns_peft_example.task import build_model, evaluate, held_out_blocks, resolve_settings
-from fedlns_torch import load_numpy_into_peft_model, norm_selector, peft_state_dict_to_numpy
+from fedlns_torch import load_numpy_into_peft_model, peft_state_dict_to_numpy
 
 app = ServerApp()
 
@@ -21,7 +21,7 @@ app = ServerApp()
 def run_server(grid: Grid, settings):
     """Run the federated fine-tuning; returns Flower's ``Result`` and the wrapper."""
     torch.set_num_threads(1)
-    model = build_model(settings)  # the global model is the PEFT payload: LoRA A/B and the norms
+    model = build_model(settings)  # the global model is the PEFT payload: LoRA A/B (and the norms, if trained)
     initial_arrays = numpy_to_arrayrecord({k: v.copy() for k, v in peft_state_dict_to_numpy(model).items()})
     output_dir = Path(str(settings["output-dir"])) if settings["output-dir"] else None
     if output_dir is not None:
@@ -40,8 +40,7 @@ def run_server(grid: Grid, settings):
     strategy = FedLNSStrategy(
         strategy=FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=min_nodes,
                         min_evaluate_nodes=0, min_available_nodes=min_nodes),
-        screener=FedLNS(
-            selector=norm_selector(model),  # the norm entries of the PEFT payload
+        screener=FedLNS(  # signature="auto": LoRA A/B by their LoRA signature, trained norms beside them
             activation_threshold=int(settings["activation-threshold"]),
             random_state=int(settings["seed"]),
         ),

@@ -3,9 +3,11 @@
 FlowerTune's LLM templates fine-tune a downloaded LLaMA/Mistral with 4-bit QLoRA. Here the
 base model is a tiny LLaMA built offline from a config with a fixed seed (every node builds
 the same frozen base), the tokenizer is byte-level (256 ids, nothing to train or download),
-and LoRA runs in float32 on the CPU: 4-bit quantization (bitsandbytes) needs a GPU. What
-changes for FedLNS is the LoRA config only: ``make_norms_trainable`` adds the norm layers to
-``modules_to_save``, so each client's ``get_peft_model_state_dict`` carries them.
+and LoRA runs in float32 on the CPU: 4-bit quantization (bitsandbytes) needs a GPU. Nothing
+changes for FedLNS: as the stacks ship, the norms stay frozen and the payload holds the LoRA
+factors only, which ``FedLNS()`` screens by their LoRA signature. ``train-norms = 1`` also trains
+and sends the norm layers (``make_norms_trainable`` adds them to ``modules_to_save``); the
+screener then reads both.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ DEFAULTS: dict[str, object] = {
     "num-heads": 4,
     "lora-rank": 8,
     "lora-targets": "all-linear",
+    "train-norms": 0,
     "seed": 0,
     "data-file": "",
     "output-dir": "fedlns-peft-run",
@@ -59,7 +62,8 @@ def resolve_settings(run_config) -> dict[str, object]:
 
 
 def build_model(settings):
-    """The frozen base (same seed everywhere) wrapped with LoRA plus trainable, sent norm layers."""
+    """The frozen base (same seed everywhere) wrapped with LoRA (and trainable, sent norm layers with
+    ``train-norms``)."""
     torch.manual_seed(int(settings["seed"]))  # the "pretrained" base: identical on every node
     hidden = int(settings["hidden-size"])
     base = LlamaForCausalLM(LlamaConfig(
@@ -73,7 +77,7 @@ def build_model(settings):
         r=rank, lora_alpha=2 * rank, lora_dropout=0.0, task_type="CAUSAL_LM",
         target_modules=targets if targets == "all-linear" else targets.split(","),
     )
-    return get_peft_model(base, make_norms_trainable(lora, base))  # the one FedLNS-specific line
+    return get_peft_model(base, make_norms_trainable(lora, base) if int(settings["train-norms"]) else lora)
 
 
 def data_path(settings) -> Path:
@@ -113,7 +117,8 @@ def held_out_blocks(settings) -> torch.Tensor:
 
 
 def train(model, blocks: torch.Tensor, settings, *, corrupt_targets: bool, seed: int) -> tuple[float, int]:
-    """AdamW on the trainable (LoRA and norm) parameters; returns (mean loss, examples seen).
+    """AdamW on the trainable parameters (LoRA, and the norms with ``train-norms``); returns (mean loss,
+    examples seen).
 
     With ``corrupt_targets`` every target is a uniformly random byte, the inputs unchanged
     (the paper's target-corruption attack, p_corr = 1).

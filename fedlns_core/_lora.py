@@ -1,0 +1,109 @@
+"""The LoRA-native signature: how much each input and output direction of every LoRA adapter changed.
+
+Not in the paper. A LoRA module adds ``B A`` to a frozen weight, with ``A`` of shape (r, d_in) and ``B`` of
+shape (d_out, r). Federated fine-tuning stacks send only these factors, usually with the normalization layers
+frozen, so the paper's signature has nothing to read. For a client that changed them by ``dA = A_i - A`` and
+``dB = B_i - B``, the LoRA signature of the module is (``docs/concepts.md``)::
+
+    a_j = || dA[:, j] ||_2   for j = 1..d_in     (column norms: how much input direction j moved)
+    b_k = || dB[k, :] ||_2   for k = 1..d_out    (row norms: how much output direction k moved)
+
+A DoRA module also learns a magnitude per output direction (``lora_magnitude_vector``, d_out values); its
+change is taken as it is, like a normalization parameter's (eq. ``sig_layer``).
+
+``d_in + d_out`` numbers per module instead of ``r (d_in + d_out)``, unchanged by any rotation of the rank
+space (``dA -> Q dA``, ``dB -> dB Q^T`` with ``Q`` orthogonal leaves every norm as it is), and linear in the
+change's scale. They take the place of the normalization deltas of eq. ``sig_layer``: the bank,
+the median/MAD standardization and the retain rule run on them unchanged.
+
+Being magnitudes, they cannot see an attacker that keeps its change inside the benign magnitude band; the
+full-update sketches of the default retain rule look at directions (``docs/attacks.md``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+import numpy as np
+
+#: Suffixes of the signature entries of a LoRA factor (spaces cannot occur in a parameter's name).
+COLUMN_NORMS, ROW_NORMS = " column norms", " row norms"
+#: PEFT's name of a DoRA module's magnitude vector.
+MAGNITUDE = "lora_magnitude_vector"
+# PEFT's names: "<module>.lora_A.weight" in get_peft_model_state_dict payloads, "<module>.lora_A.<adapter>.weight"
+# in a PeftModel's state_dict.
+_LORA_A = re.compile(r"^(?P<module>.+)\.lora_A(?P<adapter>\.[^.]+)?\.weight$")
+
+
+def lora_pairs(params: Mapping[str, np.ndarray]) -> list[tuple[str, str]]:
+    """The ``(A, B)`` key pairs of every LoRA module in ``params``, sorted by A's key.
+
+    A pair is ``<module>.lora_A[.<adapter>].weight`` with its ``lora_B`` twin; ``ValueError`` when a pair's shapes
+    are not (r, d_in) and (d_out, r) with the same r.
+
+    Examples
+    --------
+    >>> params = {"q.lora_A.weight": np.zeros((4, 10)), "q.lora_B.weight": np.zeros((6, 4)), "q.weight": 0}
+    >>> lora_pairs(params)
+    [('q.lora_A.weight', 'q.lora_B.weight')]
+    """
+    pairs = []
+    for key in sorted(params):
+        found = _LORA_A.match(key)
+        if found is None:
+            continue
+        twin = f"{found['module']}.lora_B{found['adapter'] or ''}.weight"
+        if twin not in params:
+            continue
+        a, b = np.shape(params[key]), np.shape(params[twin])
+        if len(a) != 2 or len(b) != 2 or a[0] != b[1]:
+            raise ValueError(f"LoRA factors {key!r} {a} and {twin!r} {b} are not (r, d_in) and (d_out, r)")
+        pairs.append((key, twin))
+    return pairs
+
+
+def lora_entries(pairs: Iterable[tuple[str, str]], params: Mapping[str, np.ndarray]) -> list[tuple[str, str, str, int]]:
+    """``(entry name, payload key, statistic, length)`` of the signature entries of ``pairs``: A's column norms
+    (``"columns"``, d_in values), B's row norms (``"rows"``, d_out values) and, for DoRA, the change of the
+    magnitude vector (``"magnitude"``, d_out values; ``<module>.lora_magnitude_vector[.<adapter>].weight`` in a
+    state dict, ``<module>.lora_magnitude_vector`` in a payload)."""
+    entries = []
+    for a, b in pairs:
+        d_out = int(np.shape(params[b])[0])
+        entries.append((a + COLUMN_NORMS, a, "columns", int(np.shape(params[a])[1])))
+        entries.append((b + ROW_NORMS, b, "rows", d_out))
+        found = _LORA_A.match(a)
+        module, adapter = found["module"], found["adapter"] or ""
+        for magnitude in (f"{module}.{MAGNITUDE}{adapter}.weight", f"{module}.{MAGNITUDE}"):
+            if magnitude in params and np.shape(params[magnitude]) == (d_out,):
+                entries.append((magnitude, magnitude, "magnitude", d_out))
+                break
+    return entries
+
+
+def lora_payload_keys(params: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+    """The entries of ``params`` that the LoRA signature reads (``FedLNS(signature="lora")``): every LoRA factor
+    pair and DoRA magnitude vector, sorted.
+
+    Examples
+    --------
+    >>> lora_payload_keys({"q.lora_A.weight": np.zeros((4, 10)), "q.lora_B.weight": np.zeros((6, 4)),
+    ...                    "q.lora_magnitude_vector": np.ones(6), "ln.weight": np.ones(10)})
+    ('q.lora_A.weight', 'q.lora_B.weight', 'q.lora_magnitude_vector')
+    """
+    return tuple(sorted(source for _, source, _, _ in lora_entries(lora_pairs(params), params)))
+
+
+def change_norms(client: np.ndarray, reference: np.ndarray, statistic: str, out: np.ndarray) -> None:
+    """Write the column (``"columns"``) or row (``"rows"``) norms of ``client - reference`` into ``out``, in float64.
+
+    Examples
+    --------
+    >>> out = np.empty(2)
+    >>> change_norms(np.array([[3.0, 0.0], [4.0, 1.0]]), np.zeros((2, 2)), "columns", out)
+    >>> out.tolist()
+    [5.0, 1.0]
+    """
+    change = np.subtract(client, reference, dtype=np.float64)
+    np.sqrt(np.einsum("ij,ij->j" if statistic == "columns" else "ij,ij->i", change, change), out=out)
