@@ -84,10 +84,12 @@ def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Ma
                    keys: Sequence[str], dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Sketches (N, dim) and update norms (N,) of N clients.
 
-    Each update is formed in the parameters' precision (float32 for float32 models, float64 above it) and
-    folded into float64 sketches; a few vector operations per coordinate, with reused buffers, the clients
-    split over two threads for large models (numpy releases the GIL; every client's sketch is summed in the
-    same order either way, so the result does not depend on the split).
+    Each update is formed, signed and folded in the parameters' precision (float32 for float32 models, float64
+    above it; a chunk's fold sums about ``2**20 / dim`` values per bucket, relative error about 1e-6 in float32,
+    far below the sketch's own ``1/sqrt(dim)``) and added to float64 sketches: four vector passes per
+    coordinate, with reused buffers, the clients split over two threads for large models (numpy releases the
+    GIL; every client's sketch is summed in the same order either way, so the result does not depend on the
+    split).
     """
     sketches = np.zeros((len(clients), dim))
     squared = np.zeros(len(clients))
@@ -103,7 +105,6 @@ def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Ma
 
     def work(rows: slice) -> None:
         buffers: dict[np.dtype, np.ndarray] = {}
-        wide = np.empty(min(offset, _CHUNK))
         for key, start, stop, first, dtype in segments:
             n = stop - start
             reference = np.asarray(global_params[key]).reshape(-1)[start:stop]
@@ -113,7 +114,7 @@ def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Ma
                 update = np.subtract(np.asarray(clients[row][key]).reshape(-1)[start:stop], reference,
                                      out=buffer, dtype=dtype)
                 squared[row] += float(np.dot(update, update))
-                _fold(np.multiply(update, signs, out=wide[:n]), first % dim, sketches[row])
+                _fold(np.multiply(update, signs, out=update), first % dim, sketches[row])
 
     halves = [slice(0, (len(clients) + 1) // 2), slice((len(clients) + 1) // 2, len(clients))]
     _run_blocks(work, halves if len(clients) > 1 else [slice(0, len(clients))], offset * len(clients))
@@ -160,7 +161,7 @@ def _fold(values: np.ndarray, shift: int, out: np.ndarray) -> None:
     out[shift:shift + head] += values[:head]
     rows = (values.size - head) // k
     if rows:
-        out += values[head:head + rows * k].reshape(rows, k).sum(axis=0, dtype=np.float64)
+        out += values[head:head + rows * k].reshape(rows, k).sum(axis=0)
     tail = values[head + rows * k:]
     out[:tail.size] += tail
 
