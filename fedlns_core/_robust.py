@@ -175,7 +175,7 @@ def largest_deviations(features: np.ndarray) -> np.ndarray:
     """``max_r |z_i[r]|`` per client, NaN as ``inf``; (N, D) -> (N,). Compare with :data:`MAX_DEVIATION`."""
     if features.shape[1] == 0:
         return np.zeros(features.shape[0])
-    largest = np.max(np.abs(features), axis=1)
+    largest = np.maximum(features.max(axis=1), -features.min(axis=1))     # no (N, D) |z| array
     return np.where(np.isnan(largest), np.inf, largest)
 
 
