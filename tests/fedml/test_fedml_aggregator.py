@@ -378,3 +378,34 @@ def test_constructor_checks_aggregator_and_paths(tmp_path):
         make_aggregator(model, [1], log_path=tmp_path)
     with pytest.raises(ValueError, match="n_init"):
         make_aggregator(model, [1], screener=FedLNS.paper(n_init=0))
+
+
+class _LoraLinear(torch.nn.Module):
+    """A linear layer with a LoRA adapter named as a PeftModel's state dict names it (``lora_A.default``)."""
+
+    def __init__(self, d_in, d_out, rank=2):
+        super().__init__()
+        self.base_layer = torch.nn.Linear(d_in, d_out)
+        self.lora_A = torch.nn.ModuleDict({"default": torch.nn.Linear(d_in, rank, bias=False)})
+        self.lora_B = torch.nn.ModuleDict({"default": torch.nn.Linear(rank, d_out, bias=False)})
+
+
+def test_a_lora_model_with_frozen_norms_is_screened_by_its_lora_signature():
+    """FedML sends the full state dict: frozen base weights and norms come back unchanged, the adapters move;
+    FedLNS() reads the LoRA factors only and rejects the clients that moved them far more."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(OrderedDict(q=_LoraLinear(8, 8), ln=torch.nn.LayerNorm(8), v=_LoraLinear(8, 8)))
+    generator = torch.Generator().manual_seed(3)
+
+    def upload(scale):
+        return OrderedDict((key, value + scale * torch.randn(value.shape, generator=generator)
+                            if ".lora_" in key else value.clone()) for key, value in model.state_dict().items())
+
+    entries = [(100, upload(0.01)) for _ in range(N_HONEST)] + [(100, upload(0.3)) for _ in range(N_DEVIANT)]
+    aggregator = make_aggregator(model, list(range(len(entries))),
+                                 screener=FedLNS(activation_threshold=len(entries), random_state=0))
+    kept, positions = aggregator.on_before_aggregation(entries)
+    screening = aggregator.records[-1].screening
+    assert screening.signature == "lora" and len(screening.signature_keys) == 4
+    assert set(screening.rejected) == set(range(N_HONEST, len(entries))), screening.explain()
+    assert positions == list(range(N_HONEST))
