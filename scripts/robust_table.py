@@ -80,6 +80,23 @@ def percent(value: float) -> str:
     return "-" if math.isinf(value) and value < 0 else ("+inf" if math.isinf(value) else f"{value:+.1f}%")
 
 
+def against_fedavg(ours: dict, fedavg: dict, seeds) -> tuple[dict, float, float, float]:
+    """FedLNS()'s excess over FedAvg (mean, best and last 10), its worst seed, and its TPR and FPR."""
+    vs = {field: excess(mean_of(ours, seeds, field), mean_of(fedavg, seeds, field))
+          for field in ("perplexity", "last10_perplexity")}
+    worst = max(excess(ours[s][f], fedavg[s][f]) for s in seeds for f in ("perplexity", "last10_perplexity"))
+    tp, fn, fp, tn = (sum(ours[s][k] for s in seeds) for k in ("tp", "fn", "fp", "tn"))
+    return vs, worst, tp / max(tp + fn, 1), fp / max(fp + tn, 1)
+
+
+def check(targets: dict, cell: str, attack: str, vs: dict, worst: float, tpr: float, fpr: float) -> None:
+    """Record the cell's misses of "never worse than FedAvg" and of the detection target."""
+    if max(vs.values()) > 1.0 or worst > 5.0:
+        targets["worse than FedAvg"].append(f"{cell} (mean {percent(max(vs.values()))}, worst seed {percent(worst)})")
+    if attack in DETECTED and (tpr < 0.9 or fpr > 0.05):
+        targets["detection"].append(f"{cell} (TPR {tpr:.2f}, FPR {fpr:.2f})")
+
+
 def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
     complete = lambda key: key in cells and all(s in cells[key] for s in seeds)  # noqa: E731
     for fraction in (0.4, 0.2):
@@ -98,12 +115,8 @@ def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], target
             fedavg, ours, paper = cells[key("fedavg")], cells[key("fedlns_default")], cells[key("fedlns")]
             others = [(mean_of(cells[key(m)], seeds, "perplexity"), m) for m in DEFENCES if complete(key(m))]
             best_other = min(others)
-            vs = {field: excess(mean_of(ours, seeds, field), mean_of(fedavg, seeds, field))
-                  for field in ("perplexity", "last10_perplexity")}
-            worst = max(excess(ours[s][f], fedavg[s][f]) for s in seeds for f in ("perplexity", "last10_perplexity"))
+            vs, worst, tpr, fpr = against_fedavg(ours, fedavg, seeds)
             vs_best = excess(mean_of(ours, seeds, "perplexity"), best_other[0])   # negative: ahead of every peer
-            tp, fn, fp, tn = (sum(ours[s][k] for s in seeds) for k in ("tp", "fn", "fp", "tn"))
-            tpr, fpr = tp / max(tp + fn, 1), fp / max(fp + tn, 1)
             lines.append(
                 f"| `{attack}` | {shown(mean_of(fedavg, seeds, 'perplexity'))} / "
                 f"{shown(mean_of(fedavg, seeds, 'last10_perplexity'))} | {DEFENCES[best_other[1]]} "
@@ -112,42 +125,45 @@ def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], target
                 f"{shown(mean_of(ours, seeds, 'last10_perplexity'))} | {percent(vs['perplexity'])} / "
                 f"{percent(vs['last10_perplexity'])}; {percent(worst)} | {percent(vs_best)} | {tpr:.2f} / {fpr:.2f} |")
             cell = f"{attack} {fraction:.0%}"
-            if max(vs.values()) > 1.0 or worst > 5.0:
-                targets["worse than FedAvg"].append(f"{cell} (mean {percent(max(vs.values()))}, worst seed "
-                                                    f"{percent(worst)})")
+            check(targets, f"GPT IID {cell}", attack, vs, worst, tpr, fpr)
             if attack in ORIGINAL:
                 targets["original cells"] += 1
                 if vs_best <= 2.0:                                           # within 2% of the best, or the best
                     targets["within 2%"] += 1
                 else:
                     targets["not within 2%"].append(f"{cell} ({percent(vs_best)} vs {DEFENCES[best_other[1]]})")
-            if attack in DETECTED and (tpr < 0.9 or fpr > 0.05):
-                targets["detection"].append(f"{cell} (TPR {tpr:.2f}, FPR {fpr:.2f})")
             if attack == "target_corruption" and fraction == 0.4:
                 targets["paper attack vs oracle"] = excess(mean_of(ours, seeds, "perplexity"),
                                                            mean_of(oracle, seeds, "perplexity"))
 
 
-def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str]) -> None:
+def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
     """Non-IID GPT and IID LLaMA: FedAvg, FLAME, the paper's rule and FedLNS() under the attacks run there."""
+    complete = lambda key: key in cells and all(s in cells[key] for s in seeds)  # noqa: E731
     for family, partition in SETTINGS[1:]:
         rows = []
         for fraction in (0.4, 0.2):
             for attack in DETECTED + NEW:
-                runs = {m: cells.get((family, partition, m, fraction, attack)) for m in
-                        ("fedavg", "flame", "fedlns", "fedlns_default")}
-                if not (runs["fedavg"] and runs["fedlns_default"]
-                        and all(s in runs["fedavg"] and s in runs["fedlns_default"] for s in seeds)):
+                key = lambda method: (family, partition, method, fraction, attack)  # noqa: E731
+                if not (complete(key("fedavg")) and complete(key("fedlns_default"))):
                     continue
-                shown_runs = [f"{shown(mean_of(r, seeds, 'perplexity'))} / {shown(mean_of(r, seeds, 'last10_perplexity'))}"
-                              if r and all(s in r for s in seeds) else "-" for r in runs.values()]
-                ours, fedavg = runs["fedlns_default"], runs["fedavg"]
-                vs = excess(mean_of(ours, seeds, "perplexity"), mean_of(fedavg, seeds, "perplexity"))
-                rows.append(f"| {fraction:.0%} `{attack}` | " + " | ".join(shown_runs) + f" | {percent(vs)} |")
+                shown_runs = [f"{shown(mean_of(cells[key(m)], seeds, 'perplexity'))} / "
+                              f"{shown(mean_of(cells[key(m)], seeds, 'last10_perplexity'))}" if complete(key(m))
+                              else "-" for m in ("fedavg", "flame", "fedlns", "fedlns_default")]
+                ours, fedavg = cells[key("fedlns_default")], cells[key("fedavg")]
+                vs, worst, tpr, fpr = against_fedavg(ours, fedavg, seeds)
+                vs_flame = (percent(excess(mean_of(ours, seeds, "perplexity"),
+                                           mean_of(cells[key("flame")], seeds, "perplexity")))
+                            if complete(key("flame")) else "-")
+                rows.append(f"| {fraction:.0%} `{attack}` | " + " | ".join(shown_runs)
+                            + f" | {percent(vs['perplexity'])} / {percent(vs['last10_perplexity'])}; {percent(worst)}"
+                            + f" | {vs_flame} | {tpr:.2f} / {fpr:.2f} |")
+                check(targets, f"{family.upper()} {partition} {attack} {fraction:.0%}", attack, vs, worst, tpr, fpr)
         if rows:
             lines += [f"\n**{family.upper()} {partition}**\n",
-                      "| cell | FedAvg | FLAME | FedLNS.paper() | FedLNS() | FedLNS() vs FedAvg (best) |",
-                      "|---|---:|---:|---:|---:|---:|", *rows]
+                      "| cell | FedAvg | FLAME | FedLNS.paper() | FedLNS() | vs FedAvg (best / last 10; worst seed) "
+                      "| vs FLAME (best) | TPR / FPR |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]
 
 
 def clean_cost(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
@@ -176,10 +192,10 @@ def main(argv: list[str]) -> int:
                      "original cells": 0, "within 2%": 0, "paper attack vs oracle": math.nan}
     lines = [f"Seeds {', '.join(map(str, seeds))}; best / last-10 perplexity, means over the seeds."]
     gpt_iid_tables(cells, seeds, lines, targets)
-    small_tables(cells, seeds, lines)
+    small_tables(cells, seeds, lines, targets)
     lines.append("\n**Without attackers**, FedLNS() against clean FedAvg, paired by seed:\n")
     clean_cost(cells, seeds, lines, targets)
-    lines += ["\n**Targets** (GPT IID):\n",
+    lines += ["\n**Targets** (never worse than FedAvg and detection: every setting shown; the rest GPT IID):\n",
               f"- never worse than FedAvg (mean +1%, any seed +5%): "
               f"{'met' if not targets['worse than FedAvg'] else 'missed in ' + '; '.join(targets['worse than FedAvg'])}",
               f"- within 2% of the best defence in {targets['within 2%']} of {targets['original cells']} original "
