@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from fedlns_sim.attacks import ATTACKS, Attack, TargetCorruption, alie_z, make_attack, minmax_update  # noqa: E402
-from fedlns_sim.config import ATTACK_NAMES, Config, make_config  # noqa: E402
+from fedlns_sim.config import ATTACK_NAMES, LORA_ATTACKS, Config, make_config  # noqa: E402
 from fedlns_sim.data import IGNORE, Tokenizer, causal_targets, mask_for_mlm  # noqa: E402
 
 SPECIAL = (0, 1, 2, 3, 4)       # e.g. [PAD], [UNK], [CLS], [SEP], [MASK]
@@ -254,6 +254,39 @@ def test_backdoor_writes_trigger_and_target_into_the_chosen_share_of_blocks(mlm)
     assert torch.equal(new_targets[untouched], targets[untouched])
 
 
+def _lora_round(n_benign=6, n_malicious=3, seed=0):
+    """A LoRA payload (A (2, 6), B (5, 2)): benign changes of size ~0.01, attackers' of ~0.1."""
+    rng = np.random.default_rng(seed)
+    global_params = {"q.lora_A.weight": rng.standard_normal((2, 6)).astype(np.float32),
+                     "q.lora_B.weight": np.zeros((5, 2), np.float32)}
+    clients = {c: {k: (v + (0.01 if c < n_benign else 0.1) * rng.standard_normal(v.shape)).astype(np.float32)
+                   for k, v in global_params.items()} for c in range(n_benign + n_malicious)}
+    return global_params, clients, list(range(n_benign, n_benign + n_malicious))
+
+
+def test_lora_attacks_shape_the_adapter_change_against_the_lora_signature():
+    global_params, clients, malicious = _lora_round()
+    benign = [c for c in clients if c not in malicious]
+    change = lambda params, key: params[key].astype(np.float64) - global_params[key]      # noqa: E731
+    quiet = make_attack("lora_quiet", TOKENIZER, _config()).craft(global_params, clients, malicious, (), None)
+    for key in global_params:
+        smallest = min(np.linalg.norm(change(clients[c], key)) for c in benign)
+        for c in malicious:
+            assert np.linalg.norm(change(quiet[c], key)) == pytest.approx(0.5 * smallest, rel=1e-5)
+            direction = change(clients[c], key).ravel()
+            assert np.dot(change(quiet[c], key).ravel(), direction) > 0.999 * np.linalg.norm(
+                change(quiet[c], key)) * np.linalg.norm(direction)                # same direction, shorter
+    band = make_attack("lora_band", TOKENIZER, _config()).craft(global_params, clients, malicious, (), None)
+    for key, axis in (("q.lora_A.weight", 0), ("q.lora_B.weight", 1)):
+        median = np.median([np.linalg.norm(change(clients[c], key), axis=axis) for c in benign], axis=0)
+        for c in malicious:
+            np.testing.assert_allclose(np.linalg.norm(change(band[c], key), axis=axis), median, rtol=1e-5)
+    for c in benign:
+        assert quiet[c] is clients[c] and band[c] is clients[c]
+    with pytest.raises(ValueError, match="needs peft='lora'"):
+        make_config("smoke", "gpt", attack="lora_band")
+
+
 @pytest.mark.parametrize("attack", ATTACK_NAMES)
 def test_every_attack_runs_end_to_end_in_the_smoke_preset(tmp_path, attack):
     pytest.importorskip("transformers")
@@ -261,8 +294,10 @@ def test_every_attack_runs_end_to_end_in_the_smoke_preset(tmp_path, attack):
     from fedlns_sim.runfiles import read_records
 
     family = "bert" if attack == "backdoor" else "gpt"
+    adapters = dict(peft="lora", lora_r=2, lora_alpha=4, pretrain_corpus="wikitext", pretrain_steps=10,
+                    corpus="stackoverflow", peft_norms=False, signature="auto") if attack in LORA_ATTACKS else {}
     config = make_config("smoke", family, method="fedlns", attack=attack, data="synthetic", rounds=3,
-                         num_clients=10, activation_coverage=0.3, block_size=32, max_position_embeddings=34)
+                         num_clients=10, activation_coverage=0.3, block_size=32, max_position_embeddings=34, **adapters)
     records = read_records(run(config, tmp_path, progress=False))
     assert len(records) == 4 and all(r["eval_loss"] is not None for r in records)
     assert any(r.get("decided") for r in records)

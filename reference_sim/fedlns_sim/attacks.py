@@ -501,6 +501,65 @@ class BandMimic(TargetCorruption):
         return out
 
 
+def _lora_factors(global_params: dict) -> list[tuple[str, str]]:
+    """The (A, B) keys of the payload's LoRA modules (the pairs the LoRA signature reads)."""
+    from fedlns_core._lora import lora_pairs
+
+    return lora_pairs(global_params)
+
+
+class LoraQuiet(TargetCorruption):
+    """Corrupted training of the adapters; every LoRA factor's change shrunk to half the smallest benign change of
+    that factor (``attack_scale`` sets the fraction): quieter than any honest client, the way ``norm_freeze`` is for
+    the norm signature."""
+
+    name = "lora_quiet"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if not malicious or not benign:
+            return client_params
+        fraction = self.config.attack_scale if self.config.attack_scale > 0 else 0.5
+        out = dict(client_params)
+        for client in malicious:
+            params = dict(client_params[client])
+            for key in (key for pair in _lora_factors(global_params) for key in pair):
+                change = params[key].astype(np.float64) - global_params[key]
+                target = fraction * min(np.linalg.norm(client_params[c][key].astype(np.float64) - global_params[key])
+                                        for c in benign)
+                size = np.linalg.norm(change)
+                if size > 0:
+                    params[key] = (global_params[key] + change * (target / size)).astype(params[key].dtype)
+            out[client] = params
+        return out
+
+
+class LoraBand(TargetCorruption):
+    """Corrupted training of the adapters; each column of ``dA`` and each row of ``dB`` rescaled to the benign
+    clients' median norm of that column or row: the LoRA signature of the benign median, the poison's directions
+    kept. White-box against the LoRA signature's statistic (its known weakness: it reads magnitudes)."""
+
+    name = "lora_band"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if not malicious or not benign:
+            return client_params
+        out = {c: (dict(p) if c in malicious else p) for c, p in client_params.items()}
+        for a, b in _lora_factors(global_params):
+            for key, axis in ((a, 0), (b, 1)):        # A: (r, d_in), norms of columns; B: (d_out, r), of rows
+                reference = np.asarray(global_params[key], dtype=np.float64)
+                target = np.median([np.linalg.norm(client_params[c][key] - reference, axis=axis) for c in benign],
+                                   axis=0)
+                for client in malicious:
+                    change = client_params[client][key] - reference
+                    size = np.linalg.norm(change, axis=axis)
+                    factor = np.divide(target, size, out=np.zeros_like(size), where=size > 0)
+                    change = change * (factor[None, :] if axis == 0 else factor[:, None])
+                    out[client][key] = (reference + change).astype(client_params[client][key].dtype)
+        return out
+
+
 class IPMSearch(_Colluding):
     """Inner product manipulation with the scale searched against the server's own step each round."""
 
@@ -530,7 +589,8 @@ class IPMSearch(_Colluding):
 
 
 ATTACKS = {cls.name: cls for cls in (TargetCorruption, Backdoor, SignFlip, Scaling, Gaussian, ALIE, IPM, MinMax,
-                                     NormMimicry, NormFreeze, Decoy, DeltaBudget, NormNoise, BandMimic, IPMSearch)}
+                                     NormMimicry, NormFreeze, Decoy, DeltaBudget, NormNoise, BandMimic, IPMSearch,
+                                     LoraQuiet, LoraBand)}
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"
 
 

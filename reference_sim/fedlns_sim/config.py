@@ -36,7 +36,10 @@ COMPOSED = {"fedlns_multi_krum": "multi_krum", "fedlns_median": "coordinate_medi
             "fedlns_norm_bound": "norm_bounded_fedavg"}
 # Attacks (attacks.py implements one class per name; docs there).
 ATTACK_NAMES = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
-                "norm_mimicry", "norm_freeze", "decoy", "delta_budget", "norm_noise", "band_mimic", "ipm_search")
+                "norm_mimicry", "norm_freeze", "decoy", "delta_budget", "norm_noise", "band_mimic", "ipm_search",
+                "lora_quiet", "lora_band")
+# Attacks on the LoRA factors of an adapter payload (peft="lora").
+LORA_ATTACKS = ("lora_quiet", "lora_band")
 # References, not defences: the oracle reads the ground truth (which clients are malicious).
 REFERENCES = ("oracle",)
 PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)
@@ -71,7 +74,7 @@ class Config:
     # attack (tab:app_attack_config)
     attack: str = "target_corruption"     # see attacks.ATTACKS
     p_corr: float = 1.0
-    attack_scale: float = 0.0             # sign_flip, scaling, alie (z), ipm (epsilon), decoy; 0 = the attack's default
+    attack_scale: float = 0.0             # sign_flip, scaling, alie (z), ipm (epsilon), decoy, lora_quiet; 0 = default
     attack_noise: float = 0.01            # gaussian: standard deviation of the sent update's coordinates
     attack_fraction: float = 0.5          # backdoor: share of an attacker's blocks that carry the trigger
     backdoor_trigger: str = "cf mn bb"
@@ -178,6 +181,7 @@ class Config:
             (0.0 <= self.activation_coverage <= 1.0, f"activation_coverage must be in [0, 1], got {self.activation_coverage}"),
             (0.0 <= self.p_corr <= 1.0, f"p_corr must be in [0, 1], got {self.p_corr}"),
             (self.attack in ATTACK_NAMES, f"attack must be one of {ATTACK_NAMES}, got {self.attack!r}"),
+            (self.attack not in LORA_ATTACKS or self.peft == "lora", f"attack {self.attack!r} needs peft='lora'"),
             (0.0 <= self.attack_fraction <= 1.0, f"attack_fraction must be in [0, 1], got {self.attack_fraction}"),
             (self.attack_scale >= 0 and self.attack_noise >= 0, "attack_scale and attack_noise must be >= 0"),
             (self.tokenizer in ("pretrained", "bpe"), f"tokenizer must be 'pretrained' or 'bpe', got {self.tokenizer!r}"),
