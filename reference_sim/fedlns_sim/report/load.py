@@ -50,7 +50,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
         summaries.append({
             "run": name, "family": config["family"], "partition": config["partition"],
             "method": config["method"], "fraction": config["malicious_fraction"], "seed": config["seed"],
-            "attack": config.get("attack", PAPER_ATTACK),
+            "attack": config.get("attack", PAPER_ATTACK), "learning_rate": config["learning_rate"],
             "backdoor_asr": _mean_or_nan([r.get("backdoor_asr") for r in last]),
             "coverage": config["activation_coverage"], "rounds": config["rounds"], "completed": trained[-1]["round"],
             "best_round": best["round"], "eval_loss": finite_loss(best), "perplexity": perplexity(finite_loss(best)),
