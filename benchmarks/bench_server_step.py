@@ -108,8 +108,8 @@ def main(argv=None) -> int:
     print(f"| FedAvg (weighted_average of 20 clients) | | {min(fedavg):.3f} | {np.median(fedavg):.3f} | 1 |")
     for name in primed:
         ratio = np.median(np.array(steps[name]) / np.array(fedavg))
-        print(f"| {name}: screen + aggregate | {results[name].signature} | {min(steps[name]):.3f} | {np.median(steps[name]):.3f} "
-              f"| {ratio:.2f}x |")
+        print(f"| {name}: screen + aggregate | {results[name].signature} | {min(steps[name]):.3f} "
+              f"| {np.median(steps[name]):.3f} | {ratio:.2f}x |")
         print(f"|   of which screen | | {min(screens[name]):.3f} | {np.median(screens[name]):.3f} | |")
     return 0
 

@@ -55,8 +55,8 @@ class NormSelector:
     Parameters
     ----------
     match : {"auto", "paper"}, default="auto"
-        How names are matched. ``"auto"`` selects the weight and bias of every module whose name is a normalization layer
-        (case-insensitive; GPT-2 ``ln_1``/``ln_2``/``ln_f``, BERT ``LayerNorm``, LLaMA-style
+        How names are matched. ``"auto"`` selects the weight and bias of every module whose name is a
+        normalization layer (case-insensitive; GPT-2 ``ln_1``/``ln_2``/``ln_f``, BERT ``LayerNorm``, LLaMA-style
         ``input_layernorm``/``post_attention_layernorm``/``norm``, T5 ``layer_norm``, ``norm1``...),
         also in PEFT payloads (``get_peft_model_state_dict``): ``modules_to_save`` norms keep their own
         names there, and an LN-tuned module ``X`` is sent as ``X.ln_tuning_layers.weight``.

@@ -235,7 +235,8 @@ class FedLNSAggregatorMixin:
         if result is None:                      # the round could not be screened: keep w_t
             return snapshot(self._global_state)
         new_global = to_state_dict(
-            result.aggregate(pending.global_arrays, pending.client_arrays, aggregator=self.aggregator), self._global_state)
+            result.aggregate(pending.global_arrays, pending.client_arrays, aggregator=self.aggregator),
+            self._global_state)
         # The result is the next broadcast w_{t+1}. The cross-device server sends it without
         # calling set_model_params; where set_model_params follows (cross-silo, sp), it
         # replaces this copy with what was finally installed (e.g. after central DP noise).

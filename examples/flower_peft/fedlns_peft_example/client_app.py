@@ -1,4 +1,5 @@
-"""ClientApp: receive the adapter payload, train it (LoRA, and the norms with train-norms), send the PEFT state dict back."""
+"""ClientApp: receive the adapter payload, train it (LoRA; the norms too with train-norms), send the PEFT state dict
+back."""
 
 from __future__ import annotations
 
