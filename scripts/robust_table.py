@@ -3,7 +3,7 @@
 Joins the archived attack matrix (``docs/results/attacks/``: every method under the twelve original attacks,
 GPT IID, seeds 100-300) with the runs made by ``scripts/results_robust.sh`` (``fedlns_default`` everywhere, every
 method under the three attacks written against it, non-IID GPT and IID LLaMA): a runs folder, or a results folder
-holding their archive (``docs/results/robust-pending``). Every number is a run's summary as the report computes
+holding their archive (``docs/results/robust``). Every number is a run's summary as the report computes
 it (``fedlns_sim.report.load.load_runs``: best checkpoint, and the perplexity of the last ten rounds' mean loss),
 averaged over the seeds given; a cell is shown only when every method in it has every seed.
 
@@ -18,7 +18,7 @@ The targets checked (for GPT IID, the twelve original attacks and the three new 
   upper end at most +3%.
 
 Usage: python scripts/robust_table.py RUNS [SEEDS]   (RUNS: a runs folder, or a results folder such as
-docs/results/robust-pending; SEEDS: comma-separated, default 100,200,300)
+docs/results/robust; SEEDS: comma-separated, default 100,200,300)
 """
 
 from __future__ import annotations
