@@ -17,7 +17,7 @@ from ._mixture import bic_gmm_retain
 from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
 from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, SELECTOR_CONSTRAINTS, validate_settings
-from ._signature import NormSelector, signature_layout
+from ._signature import NormSelector, SignatureLayout, signature_layout
 from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, sketch_updates, support_rule
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
                      escape_text, id_sort_key, read_count)
@@ -469,7 +469,6 @@ class FedLNS:
         if not isinstance(client_params, Mapping) or not isinstance(num_examples, Mapping):
             raise TypeError("client_params and num_examples must be mappings keyed by client id")
         global_params = check_global_params(global_params)
-        selector = settings["selector"] if settings["selector"] is not None else NormSelector()
         participants = {check_client_id(client_id): None for client_id in client_params}
         participants.update({check_client_id(client_id): None for client_id in num_examples})
 
@@ -494,9 +493,7 @@ class FedLNS:
         #    support rule each row goes on with the client's update sketch (N, k), banked beside it, and its
         #    update's norm.
         canonical = sorted(valid, key=id_sort_key)
-        signature = signature_layout(settings["signature"], global_params, selector,
-                                     [arrays[client_id] for client_id in canonical],
-                                     [key for key in self.bank.keys if key not in (SKETCH_KEY, ROUND_KEY)])
+        signature = self._layout(settings, global_params, [arrays[client_id] for client_id in canonical])
         keys, shapes, width = signature.keys, list(signature.shapes), signature.width
         supporting = settings["retain_rule"] == "support"
         sketch_dim = settings["sketch_dim"] if supporting else 0
@@ -661,15 +658,18 @@ class FedLNS:
 
         For offline analysis of recorded rounds, beside :meth:`update_sketches`.
         """
-        settings = self._settings_in_use()
-        selector = settings["selector"] if settings["selector"] is not None else NormSelector()
-        layout = signature_layout(settings["signature"], global_params, selector, list(client_params.values()),
-                                  [key for key in self.bank.keys if key not in (SKETCH_KEY, ROUND_KEY)])
+        layout = self._layout(self._settings_in_use(), global_params, list(client_params.values()))
         rows = {}
         for client_id, params in client_params.items():
             rows[client_id] = np.empty(layout.width)
             layout.write(global_params, params, rows[client_id])
         return layout.keys, rows
+
+    def _layout(self, settings: dict, global_params: ParamDict, clients: list) -> SignatureLayout:
+        """The signature layout of a round: the bank's, else the one ``clients``' payloads give."""
+        selector = settings["selector"] if settings["selector"] is not None else NormSelector()
+        banked = [key for key in self.bank.keys if key not in (SKETCH_KEY, ROUND_KEY)]
+        return signature_layout(settings["signature"], global_params, selector, clients, banked)
 
     def _sketch_key(self) -> int:
         """The secret seed of the update sketch's signs: from ``random_state``, else drawn once and saved."""
@@ -798,7 +798,7 @@ def _deviant_entries(features: np.ndarray, signature) -> list[str]:
     """For each row of standardized ``features`` (eq. ``z_full``), the signature entry of largest mean ``|z|``."""
     if not features.shape[0]:
         return []
-    sizes = np.array([int(np.prod(shape)) for shape in signature.shapes])
+    sizes = np.array(signature.sizes)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     means = np.add.reduceat(np.abs(features), starts, axis=1) / np.maximum(sizes, 1)
     means[:, sizes == 0] = -np.inf                 # reduceat reads an empty entry's neighbour

@@ -227,8 +227,13 @@ class SignatureLayout:
     statistics: tuple[str, ...]
 
     @property
+    def sizes(self) -> tuple[int, ...]:
+        """The number of values of each entry."""
+        return tuple(int(np.prod(shape)) for shape in self.shapes)
+
+    @property
     def width(self) -> int:
-        return sum(int(np.prod(shape)) for shape in self.shapes)
+        return sum(self.sizes)
 
     @property
     def kind(self) -> str:
@@ -241,8 +246,7 @@ class SignatureLayout:
         """The client's signature, flattened in ``keys`` order, into the float64 array ``out`` of length
         :attr:`width` (for norm entries the values of :func:`flat_signature`)."""
         offset = 0
-        for shape, source, statistic in zip(self.shapes, self.sources, self.statistics):
-            size = int(np.prod(shape))
+        for shape, size, source, statistic in zip(self.shapes, self.sizes, self.sources, self.statistics):
             part = out[offset: offset + size]
             if statistic in ("delta", "magnitude"):
                 np.subtract(client_params[source], global_params[source], out=part.reshape(shape), dtype=np.float64)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._lora import change_norms
+from ._lora import change_norms, lora_pairs
 from ._signature import NormSelector
 
 #: Key infix of the signature entries :func:`lora_signature` returns.
@@ -41,8 +41,7 @@ def lora_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
     shape differs.
     """
     _deprecated("lora_signature")
-    modules = sorted(key[: -len(_A)] for key in global_params if key.endswith(_A) and key[: -len(_A)] + _B
-                     in global_params)
+    modules = [a[: -len(_A)] for a, _ in lora_pairs(global_params) if a.endswith(_A)]
     if not modules:
         raise ValueError(f"lora_signature needs LoRA entries (<module>{_A} and <module>{_B}) in the payload; "
                          f"got keys such as {sorted(global_params)[:3]}")

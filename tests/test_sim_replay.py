@@ -20,15 +20,21 @@ def recorded_run(tmp_path_factory, **settings):
     return run(config, tmp_path_factory.mktemp("runs"), progress=False)
 
 
+def reproduced(run_dir, variant, min_rounds):
+    """The replay's decisions under ``variant``, checked to be the run's own in at least ``min_rounds`` rounds."""
+    decisions = replay(run_dir, variant)
+    summary = summarize(decisions)
+    assert summary["rounds"] >= min_rounds and summary["agree_with_run"] == summary["rounds"]
+    return decisions
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     return recorded_run(tmp_path_factory, method="fedlns", activation_coverage=0.3)
 
 
 def test_paper_replay_reproduces_every_recorded_decision(recorded):
-    decisions = replay(recorded, "paper")
-    summary = summarize(decisions)
-    assert summary["rounds"] >= 5 and summary["agree_with_run"] == summary["rounds"]
+    reproduced(recorded, "paper", 5)
 
 
 def test_variants_run_and_change_only_the_reference(recorded):
@@ -84,9 +90,7 @@ def recorded_default(tmp_path_factory):
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):
-    decisions = replay(recorded_default, "support")
-    summary = summarize(decisions)
-    assert summary["rounds"] >= 3 and summary["agree_with_run"] == summary["rounds"]
+    decisions = reproduced(recorded_default, "support", 3)
     assert replay(recorded_default) == decisions                 # a fedlns_default run replays its own rule
     split = replay(recorded_default, "round_first:0.75")
     assert [d["round"] for d in split] == [d["round"] for d in decisions]

@@ -520,13 +520,14 @@ class LoraQuiet(TargetCorruption):
         if not malicious or not benign:
             return client_params
         fraction = self.config.attack_scale if self.config.attack_scale > 0 else 0.5
+        targets = {key: fraction * min(np.linalg.norm(client_params[c][key].astype(np.float64) - global_params[key])
+                                       for c in benign)
+                   for pair in _lora_factors(global_params) for key in pair}
         out = dict(client_params)
         for client in malicious:
             params = dict(client_params[client])
-            for key in (key for pair in _lora_factors(global_params) for key in pair):
+            for key, target in targets.items():
                 change = params[key].astype(np.float64) - global_params[key]
-                target = fraction * min(np.linalg.norm(client_params[c][key].astype(np.float64) - global_params[key])
-                                        for c in benign)
                 size = np.linalg.norm(change)
                 if size > 0:
                     params[key] = (global_params[key] + change * (target / size)).astype(params[key].dtype)
