@@ -18,6 +18,7 @@ from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standa
 from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, SELECTOR_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, SignatureLayout, signature_layout
+from ._cohort import CohortGraph, cohort_rule
 from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, sketch_updates, support_rule
 from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
                      escape_text, id_sort_key, read_count)
@@ -65,8 +66,9 @@ class ScreeningResult:
     capped_counts : dict of client id to float
         The count each retained client gave, for those whose count was capped.
     support : dict of client id to float
-        ``retain_rule="support"``: each screened client's full-update support (mean cosine of its update
-        sketch to the population's majority group of recent bank entries, its own left out); empty otherwise.
+        ``retain_rule="cohort"``: each screened client's mean update-sketch cosine to the other clients the
+        round kept; ``"support"``: to the population's majority group of recent bank entries (its own left
+        out); empty otherwise.
     clip_scales : dict of client id to float
         ``clip="median"``: the factor (at most 1) each retained update is scaled by in :meth:`aggregate`, so
         that none is longer than the retained clients' median update; empty otherwise.
@@ -191,6 +193,13 @@ def rule_for_round_size(clients_per_round: int) -> dict[str, Any]:
 #: The quantile of the round's update norms every update is clipped to while everyone is averaged (warm-up).
 WARMUP_CLIP_QUANTILE = 0.25
 
+#: The fewest clients per round for which :meth:`FedLNS.for_federation` plans the ``"cohort"`` rule; smaller rounds
+#: give it too little to cut (tests/test_cohort.py measures it) and get the ``"support"`` rule.
+COHORT_MIN_ROUND = 8
+
+#: The retain rules that bank a sketch of each client's full update beside its signature (``fedlns_core._support``).
+SKETCHING_RULES = ("cohort", "support")
+
 #: The paper's configuration (``FedLNS.paper()``): its retain rule, its warm-up hold, no clipping.
 PAPER_SETTINGS = dict(signature="norm", retain_rule="paper", warmup="hold", clip=None, activation_threshold=100)
 
@@ -204,12 +213,13 @@ class FedLNS:
     standardize the signatures against the bank's median/MAD (eqs. ``bank_median``-``z_full``), score
     them (eq. ``client_score``) and decide by the retain rule.
 
-    The default rule, ``"support"``, also banks a sketch of each client's full update and keeps the clients
-    the population's majority group supports (``fedlns_core._support``), rejects loud normalization changes,
-    and clips the retained updates to their median norm: the paper's rule keeps attackers that send back
-    the normalization parameters they received (``docs/attacks.md``). :meth:`paper` gives the paper's exact
-    method (Algorithm BICGMMRetain, the warm-up hold, no clipping); :meth:`for_federation` plans the
-    activation threshold for a federation's size.
+    The default rule, ``"cohort"``, also sketches each client's full update, cuts the round in two where its
+    updates fall into parts apart from each other, and rejects the part whose clients the population's history
+    (a signed graph of which ids sided with which) places outside its majority (``fedlns_core._cohort``); it
+    rejects loud normalization changes and clips the retained updates to their median norm. The paper's rule
+    keeps attackers that send back the normalization parameters they received (``docs/attacks.md``).
+    :meth:`paper` gives the paper's exact method (Algorithm BICGMMRetain, the warm-up hold, no clipping);
+    :meth:`for_federation` plans the activation threshold for a federation's size.
 
     Parameters
     ----------
@@ -225,8 +235,8 @@ class FedLNS:
         Which parameters are the normalization parameters; default ``NormSelector(match="auto")``.
     activation_threshold : int, default=100
         ``M_act``: bank size at which screening starts (the paper: half of K=200 clients); for the
-        ``"support"`` rule also how many of the most recent bank entries it groups. Plan it for your
-        federation with :meth:`for_federation`.
+        ``"cohort"`` and ``"support"`` rules also how many of the most recent bank entries the loud test reads
+        (and ``"support"`` groups). Plan it for your federation with :meth:`for_federation`.
     mad_floor : float, default=1e-6
         Lower bound epsilon on each MAD coordinate (eq. ``bank_mad``).
     components : {"bic", "two"}, default="bic"
@@ -247,7 +257,8 @@ class FedLNS:
     warmup : {"aggregate", "hold", "screen"}, default="aggregate"
         Below the threshold, ``"aggregate"`` averages every valid client (clipped as ``clip`` says);
         ``"hold"`` retains nobody and leaves the global model unchanged (eq. ``skip_update``, the paper);
-        ``"screen"`` (``"support"`` only) screens from the first round against the entries the bank has.
+        ``"screen"`` (``"cohort"`` and ``"support"``) screens from the first round against the entries the
+        bank has.
     max_count_ratio : float >= 1 or None, default=10.0
         Cap on a retained client's example count: at most this many times the median count of the
         round's retained clients (None: no cap). Counts within the cap give the paper's weights
@@ -257,9 +268,9 @@ class FedLNS:
     random_state : int >= 0, optional
         Seed for the mixtures (and the reservoir). Round ``t`` uses a seed derived from
         ``(random_state, t)``, so decisions are reproducible and survive save/load.
-    retain_rule : {"support", "paper", "guarded", "peeled", "bank"}, default="support"
-        ``"support"`` is described above and in ``fedlns_core._support``. ``"paper"`` keeps the low-deviation component of the BIC-chosen mixture (Algorithm
-        BICGMMRetain). The others are not in the paper; they were measured against it in
+    retain_rule : {"cohort", "support", "paper", "guarded", "peeled", "bank"}, default="cohort"
+        ``"cohort"`` is described above and in ``fedlns_core._cohort``. ``"paper"`` keeps the low-deviation
+        component of the BIC-chosen mixture (Algorithm BICGMMRetain). The others are not in the paper; they were measured against it in
         ``docs/rules.md`` and read the bank's own scores (bank entries standardized like the round),
         whose benign part gives a width to measure separations in:
 
@@ -276,10 +287,13 @@ class FedLNS:
         They remove most false rejections in clean and small rounds; :meth:`for_federation` picks one
         by round size.
 
-        * ``"support"`` (``fedlns_core._support``): group the ``activation_threshold`` most recent bank
-          entries by the cosines of their full-update sketches; reject a client closer to a group separated
-          from the majority group than to the majority, or whose normalization change is loud
-          (``loud_separation``). It reads whole updates, not only norms.
+        * ``"support"`` (``fedlns_core._support``, the default before ``"cohort"``): group the
+          ``activation_threshold`` most recent bank entries by the cosines of their full-update sketches;
+          reject a client closer to a group separated from the majority group than to the majority, or whose
+          normalization change is loud (``loud_separation``). It compares updates across rounds, which fails
+          where honest updates of different rounds do not agree (LoRA fine-tuning,
+          ``docs/results/lora-matrix/lockin``); :meth:`for_federation` picks it for rounds of fewer than
+          ``COHORT_MIN_ROUND`` (8) clients, which give the cohort rule too little to cut.
     lone_separation : float >= 0, default=3.0
         ``"guarded"`` only: how far above the bank's benign scores a lone client must lie to be rejected,
         in standard deviations of those scores.
@@ -287,15 +301,20 @@ class FedLNS:
         ``"guarded"``, ``"peeled"`` and ``"bank"``: a split whose groups' median scores differ by less than
         this many benign widths keeps everyone (for ``"guarded"``, splits into groups of two or more).
     separation : float in (0, 1), default=0.5
-        ``"support"`` only: a group of recent bank entries is separated from the majority group when their
-        mean cosine is below this share of the majority's own.
+        ``"cohort"``: a group of the round's clients is apart from the rest when their mean cosine is below
+        this share of the group's own; ``"support"``: a group of recent bank entries is separated from the
+        majority group when their mean cosine is below this share of the majority's own.
     max_groups : int >= 2, default=4
         ``"support"`` only: the most groups the recent bank entries are cut into.
     loud_separation : float > 0, default=6.0
-        ``"support"`` only: robust widths (1.4826 MAD of the bank's scores) above their median at which a
+        ``"cohort"`` and ``"support"``: robust widths (1.4826 MAD of the bank's scores) above their median at which a
         normalization change is loud.
+    cohort_decay : float in (0, 1], default=0.9
+        ``"cohort"`` only: the factor the cohort graph's evidence is multiplied by each round (0.9: a round's
+        edges weigh half after about 7 rounds), so a client's standing follows what it sends now.
     sketch_dim : int >= 16, default=2048
-        ``"support"`` only: length of the banked update sketch (cosine error about ``1/sqrt(sketch_dim)``).
+        ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
+        ``1/sqrt(sketch_dim)``).
     clip : {"median"} or None, default="median"
         ``"median"`` scales each retained update down to at most the retained clients' median update norm
         in :meth:`ScreeningResult.aggregate` (bounded influence); None, the paper, leaves them.
@@ -335,9 +354,9 @@ class FedLNS:
                  n_init: int = 5, max_iter: int = 200, mixture_solver: str = "fast", ema: float = 0.0,
                  warmup: str = "aggregate",
                  max_count_ratio: float | None = 10.0, max_clients: int | None = None,
-                 random_state: int | None = None, retain_rule: str = "support", lone_separation: float = 3.0,
+                 random_state: int | None = None, retain_rule: str = "cohort", lone_separation: float = 3.0,
                  min_separation: float = 0.0, separation: float = 0.5, max_groups: int = 4,
-                 loud_separation: float = 6.0,
+                 loud_separation: float = 6.0, cohort_decay: float = 0.9,
                  sketch_dim: int = 2048, clip: str | None = "median"):
         self.signature = signature
         self.selector = selector
@@ -359,11 +378,13 @@ class FedLNS:
         self.separation = separation
         self.max_groups = max_groups
         self.loud_separation = loud_separation
+        self.cohort_decay = cohort_decay
         self.sketch_dim = sketch_dim
         self.clip = clip
         self.round_ = 0
         self._bank: HistoryBank | None = None
         self._sketch_seed: int | None = None
+        self._cohort = CohortGraph()
 
     @classmethod
     def paper(cls, **settings) -> "FedLNS":
@@ -386,8 +407,8 @@ class FedLNS:
         """A screener configured for a federation of ``num_clients`` with ``clients_per_round`` per round.
 
         The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
-        malicious majority stays at most ``max_risk``); every other setting is the default (the ``"support"``
-        rule groups that many recent bank entries, whatever the round size). Pass
+        malicious majority stays at most ``max_risk``); every other setting is the default, except that rounds
+        of fewer than ``COHORT_MIN_ROUND`` (8) clients get the ``"support"`` rule. Pass
         ``**rule_for_round_size(clients_per_round)`` for the paper-family rule measured best for that round
         size (docs/rules.md). The plan is kept as ``plan_`` (not saved with the screener).
 
@@ -409,7 +430,7 @@ class FedLNS:
         --------
         >>> screener = FedLNS.for_federation(100, 10, random_state=0)
         >>> screener.activation_threshold, screener.retain_rule, screener.warmup
-        (61, 'support', 'aggregate')
+        (61, 'cohort', 'aggregate')
         >>> FedLNS.for_federation(20, 4, 0.25, **rule_for_round_size(4)).retain_rule
         'peeled'
         """
@@ -424,6 +445,8 @@ class FedLNS:
                              f"got {clients_per_round}")
         plan = plan_activation(num_clients, malicious_fraction, clients_per_round / num_clients, max_risk)
         chosen = dict(activation_threshold=plan.threshold)
+        if clients_per_round < COHORT_MIN_ROUND:
+            chosen["retain_rule"] = "support"
         chosen.update(settings)
         screener = cls(**chosen)
         screener.validate_params()
@@ -495,7 +518,7 @@ class FedLNS:
         canonical = sorted(valid, key=id_sort_key)
         signature = self._layout(settings, global_params, [arrays[client_id] for client_id in canonical])
         keys, shapes, width = signature.keys, list(signature.shapes), signature.width
-        supporting = settings["retain_rule"] == "support"
+        supporting = settings["retain_rule"] in SKETCHING_RULES
         sketch_dim = settings["sketch_dim"] if supporting else 0
         norms = {}
         with np.errstate(over="ignore", invalid="ignore"):
@@ -547,7 +570,17 @@ class FedLNS:
         screened = set(canonical)
         valid = [client_id for client_id in valid if client_id in screened]
         common = dict(round=round_index, bank_size=len(refresh), signature_keys=keys, signature=signature.kind)
-        if len(refresh) < settings["activation_threshold"] and settings["warmup"] != "screen":
+        warming_up = len(refresh) < settings["activation_threshold"] and settings["warmup"] != "screen"
+        cohort = None
+        if settings["retain_rule"] == "cohort" and canonical:
+            #    The cohort rule learns from every round, warm-up included; it decides only once active.
+            bank_rows = refresh._block(slice(width + sketch_dim, width + sketch_dim + 2)).T      # (B, 2)
+            cohort = cohort_rule(scores, signatures[:, width:-2], canonical, self._cohort, bank_rows[:, 0],
+                                 bank_rows[:, 1], recent=max(settings["activation_threshold"], 3),
+                                 separation=settings["separation"], loud_separation=settings["loud_separation"],
+                                 decay=settings["cohort_decay"], decide=not warming_up,
+                                 dimension=min(sketch_dim, sum(int(v.size) for v in global_params.values())))
+        if warming_up:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
             result = ScreeningResult(active=False, retained=retained, rejected=rejected,
                                      **self._weighting(retained, counts, settings["max_count_ratio"]),
@@ -563,7 +596,11 @@ class FedLNS:
                            solver=settings["mixture_solver"], random_state=self._round_seed(round_index))
             support = {}
             try:
-                if supporting:
+                if cohort is not None:
+                    labels, n_components, bic = (~cohort.retained).astype(int), None, None
+                    reasons = [f"screened: {reason}" if reason else "" for reason in cohort.reasons]
+                    support = dict(zip(canonical, cohort.support.tolist()))
+                elif supporting:
                     bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T   # (B, k + 2)
                     own = np.array([refresh.slots.get(client_id, -1) for client_id in canonical])
                     outcome = support_rule(scores, signatures[:, width:-2], bank_rows[:, :-2], own,
@@ -607,6 +644,8 @@ class FedLNS:
 
         # 5. Commit: nothing above changed any state.
         self.bank.commit(refresh)
+        if cohort is not None:
+            self._cohort = cohort.graph.restricted(self.bank._by_slot)
         if supporting and self._sketch_seed is None:
             self._sketch_seed = self._sketch_key()
         self.round_ = round_index + 1
@@ -640,7 +679,8 @@ class FedLNS:
         return {"clip_scales": clip_scales(norms, retained, WARMUP_CLIP_QUANTILE if warming_up else 0.5)}
 
     def update_sketches(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict]) -> dict:
-        """The sketches of the clients' full updates that the ``"support"`` rule banks (its secret signs), by id.
+        """The sketches of the clients' full updates that the ``"cohort"`` and ``"support"`` rules bank (their
+        secret signs), by id.
 
         For offline analysis of recorded rounds: called after a round was screened, it gives exactly the sketches
         that round banked. Before the first screened round the signs' seed is not fixed yet unless
@@ -699,12 +739,12 @@ class FedLNS:
         ``ValueError`` names the first bad setting. numpy scalars count as their Python types.
         """
         settings = validate_settings("FedLNS", {name: getattr(self, name) for name in PARAMETER_CONSTRAINTS})
-        if settings["retain_rule"] == "support" and settings["ema"]:
-            raise ValueError(f"retain_rule='support' banks each client's latest update as it is (ema=0), "
-                             f"got ema={settings['ema']}")
-        if settings["warmup"] == "screen" and settings["retain_rule"] != "support":
-            raise ValueError(f"warmup='screen' needs retain_rule='support' (the others need a full bank), "
-                             f"got retain_rule={settings['retain_rule']!r}")
+        if settings["retain_rule"] in SKETCHING_RULES and settings["ema"]:
+            raise ValueError(f"retain_rule={settings['retain_rule']!r} banks each client's latest update as it "
+                             f"is (ema=0), got ema={settings['ema']}")
+        if settings["warmup"] == "screen" and settings["retain_rule"] not in SKETCHING_RULES:
+            raise ValueError(f"warmup='screen' needs retain_rule='cohort' or 'support' (the others need a full "
+                             f"bank), got retain_rule={settings['retain_rule']!r}")
         if settings["max_clients"] is not None and settings["max_clients"] < settings["activation_threshold"]:
             raise ValueError(f"max_clients={settings['max_clients']} is below activation_threshold="
                              f"{settings['activation_threshold']}: screening could never start")
@@ -732,6 +772,9 @@ class FedLNS:
         settings["selector"] = None if settings["selector"] is None else settings["selector"].to_config()
         bank_header, arrays = self.bank._state()
         header = {"params": settings, "round": self.round_, "bank": bank_header, "sketch_seed": self._sketch_seed}
+        if len(self._cohort):       # the cohort graph over the bank's ids, in the bank's column order
+            header["cohort"] = True
+            arrays["cohort_weights"] = self._cohort.restricted(bank_header["ids"]).weights
         write_state(path, "screener", header, arrays)
 
     @classmethod
@@ -743,8 +786,7 @@ class FedLNS:
         ``mixture_solver``, ``clip``, ``retain_rule``, ``warmup`` or ``signature`` existed keeps what it was
         written with (``"sklearn"``, no clipping, the paper's rule, warm-up and signature), not today's defaults.
         """
-        header, arrays = read_state(path, "screener",
-                                    lambda h: HistoryBank._expected_arrays(h.get("bank") if isinstance(h, dict) else None))
+        header, arrays = read_state(path, "screener", _expected_arrays)
         try:
             params = header["params"]
             if not isinstance(params, dict):
@@ -777,12 +819,27 @@ class FedLNS:
         except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as error:
             raise ValueError(f"{path}: invalid screener state ({error})") from error
         screener._bank = bank
+        if header.get("cohort"):
+            weights = arrays["cohort_weights"]
+            if not (np.isfinite(weights).all() and np.array_equal(weights, weights.T)):
+                raise ValueError(f"{path}: invalid screener state (cohort weights not finite and symmetric)")
+            screener._cohort = CohortGraph(bank._by_slot, np.array(weights, dtype=np.float64))
         return screener
 
     def __repr__(self) -> str:
         changed = {name: value for name, value in self.get_params().items()
                    if value != _DEFAULTS.get(name)}
         return f"FedLNS({', '.join(f'{name}={value!r}' for name, value in changed.items())})"
+
+
+def _expected_arrays(header) -> dict:
+    """The arrays a screener state's header announces: the bank's, and the cohort graph's where it has one."""
+    bank = header.get("bank") if isinstance(header, dict) else None
+    expected = HistoryBank._expected_arrays(bank)
+    if header.get("cohort"):
+        size = len(bank["ids"])
+        expected["cohort_weights"] = ((size, size), np.dtype(np.float64))
+    return expected
 
 
 def _plain(value):

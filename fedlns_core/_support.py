@@ -279,17 +279,24 @@ def support_rule(scores: np.ndarray, sketches: np.ndarray, bank_sketches: np.nda
                                   f"cosine {support[i]:.3g} to the majority's {int(majority.sum())} recent "
                                   f"entries, whose own is {groups.within:.3g})")
                     break
-    reference = bank_scores[rows][np.isfinite(bank_scores[rows])]
-    centre = float(np.median(reference)) if reference.size else 0.0
-    spread = 1.4826 * float(np.median(np.abs(reference - centre))) if reference.size else 0.0
-    loud_threshold = centre + loud_separation * spread if spread > 0 else None
-    if loud_threshold is not None:
-        for i in np.flatnonzero(scores > loud_threshold):
-            reasons[i] = reasons[i] or (f"loud normalization change (delta {scores[i]:.3g} above "
-                                        f"{loud_threshold:.3g}: {loud_separation:g} robust widths over "
-                                        f"the bank's median {centre:.3g})")
+    loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
     return SupportOutcome(retained, tuple(reasons), support, groups, loud_threshold)
+
+
+def loud_reasons(scores: np.ndarray, reference: np.ndarray, loud_separation: float, reasons: list) -> float | None:
+    """Mark (in ``reasons``, where still empty) the scores more than ``loud_separation`` robust widths (1.4826
+    MAD) above the median of the ``reference`` scores; return that threshold (None where they have no spread)."""
+    reference = reference[np.isfinite(reference)]
+    centre = float(np.median(reference)) if reference.size else 0.0
+    spread = 1.4826 * float(np.median(np.abs(reference - centre))) if reference.size else 0.0
+    threshold = centre + loud_separation * spread if spread > 0 else None
+    if threshold is not None:
+        for i in np.flatnonzero(scores > threshold):
+            reasons[i] = reasons[i] or (f"loud normalization change (delta {scores[i]:.3g} above "
+                                        f"{threshold:.3g}: {loud_separation:g} robust widths over "
+                                        f"the bank's median {centre:.3g})")
+    return threshold
 
 
 def clip_scales(norms: Mapping, retained: Sequence, quantile: float = 0.5) -> dict:

@@ -76,8 +76,9 @@ def test_for_federation_uses_the_plan():
     plan = plan_activation(50, 0.2, 5 / 50, max_risk=0.05)
     assert screener.plan_ == plan
     assert screener.activation_threshold == plan.threshold
-    assert (screener.retain_rule, screener.clip, screener.random_state) == ("support", "median", 3)   # the default
+    assert (screener.retain_rule, screener.clip, screener.random_state) == ("support", "median", 3)   # 5 per round
     assert FedLNS.for_federation(50, 5).plan_ == plan_activation(50, 0.4, 5 / 50)     # planned for 40% by default
+    assert FedLNS.for_federation(50, 8).retain_rule == FedLNS().retain_rule == "cohort"   # the default from 8
 
 
 @pytest.mark.parametrize("per_round, rule, separation", [
@@ -108,7 +109,7 @@ def test_for_federation_errors_say_what_to_change(args, error, match):
 
 
 def test_for_federation_rejects_an_unknown_setting():
-    with pytest.raises(ValueError, match="retain_rule must be one of 'support', 'paper', 'guarded', 'peeled', 'bank'"):
+    with pytest.raises(ValueError, match="retain_rule must be one of 'cohort', 'support', 'paper', 'guarded', 'peeled', 'bank'"):
         FedLNS.for_federation(20, 4, 0.25, retain_rule="median")
 
 

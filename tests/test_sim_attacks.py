@@ -226,6 +226,21 @@ def test_attacks_against_the_support_rule():
     assert np.allclose(_update(global_params, searched[malicious[0]]), -16 * mean, rtol=1e-4, atol=1e-4)
 
 
+def test_majority_only_poisons_only_the_rounds_its_attackers_hold():
+    global_params = {"w": np.zeros(3)}
+    attack = make_attack("majority_only", TOKENIZER, _config())
+    assert attack.trainings == ("clean", "poisoned")
+    clean = {c: {"w": np.full(3, -1.0 - c)} for c in range(4)}
+    poisoned = {c: {"w": np.full(3, 1.0 + c)} for c in range(4)}
+    for held, malicious in ((False, [0]), (True, [0, 1]), (True, [0, 1, 2])):
+        kept = {c: attack.local_result({"clean": (clean[c], 5, 0.1), "poisoned": (poisoned[c], 5, 0.2)},
+                                       global_params, NORMS)[0] for c in malicious}
+        sent = attack.craft(global_params, {c: kept.get(c, clean[c]) for c in range(4)}, malicious, NORMS, None)
+        for c in range(4):      # poisoned where 2 f >= n, else what an honest client of the round sends
+            expected = poisoned[c] if c in malicious and held else clean[c]
+            assert sent[c]["w"][0] == expected["w"][0], (held, malicious, c)
+
+
 @pytest.mark.parametrize("mlm", [False, True])
 def test_backdoor_writes_trigger_and_target_into_the_chosen_share_of_blocks(mlm):
     codes = {"cf": [30, 31], "attack": [32, 33, 34]}

@@ -72,3 +72,20 @@ def test_mixture_solvers_are_the_cores():
     from fedlns_sim.config import MIXTURE_SOLVERS
 
     assert MIXTURE_SOLVERS == options("mixture_solver")
+
+
+def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():
+    from fedlns_sim.methods import make_screener
+    from fedlns_sim.report.load import reported_method
+
+    today = Config(method="fedlns_default")
+    archived = {k: v for k, v in today.to_dict().items() if k != "default_rule"}     # written before the setting
+    legacy = config_from_dict(archived)
+    assert legacy.default_rule == "support" and make_screener(legacy).retain_rule == "support"
+    assert make_screener(today).retain_rule == "cohort"                               # 10 clients per round
+    assert make_screener(Config(method="fedlns_support")).retain_rule == "support"
+    assert legacy.run_name() != today.run_name()                  # a new cohort run never resumes an archived one
+    assert Config(method="fedavg").run_name() == config_from_dict(
+        {k: v for k, v in Config(method="fedavg").to_dict().items() if k != "default_rule"}).run_name()
+    assert [reported_method(c) for c in (archived, today.to_dict(), Config(method="fedavg").to_dict())] == [
+        "fedlns_support", "fedlns_default", "fedavg"]

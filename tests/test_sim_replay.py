@@ -15,8 +15,8 @@ from fedlns_sim.run import run  # noqa: E402
 
 def recorded_run(tmp_path_factory, **settings):
     """A smoke-preset run with every round's signatures recorded."""
-    config = make_config("smoke", "gpt", data="synthetic", rounds=8, num_clients=10, record_signatures=True,
-                         **settings)
+    config = make_config("smoke", "gpt", data="synthetic", record_signatures=True,
+                         **{"rounds": 8, "num_clients": 10, **settings})
     return run(config, tmp_path_factory.mktemp("runs"), progress=False)
 
 
@@ -87,6 +87,18 @@ def test_guarded_variant_is_the_screeners_guarded_rule(recorded):
 @pytest.fixture(scope="module")
 def recorded_default(tmp_path_factory):
     return recorded_run(tmp_path_factory, method="fedlns_default", malicious_fraction=0.4)
+
+
+@pytest.fixture(scope="module")
+def recorded_cohort(tmp_path_factory):
+    return recorded_run(tmp_path_factory, method="fedlns_default", malicious_fraction=0.4, participation=1.0,
+                        rounds=10)
+
+
+def test_cohort_replay_reproduces_every_recorded_decision(recorded_cohort):
+    decisions = reproduced(recorded_cohort, "cohort", 3)
+    assert replay(recorded_cohort) == decisions                  # 10 per round: FedLNS()'s cohort rule
+    assert [d["round"] for d in replay(recorded_cohort, "support")] == [d["round"] for d in decisions]
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):

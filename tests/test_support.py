@@ -39,7 +39,7 @@ def run(screener, rounds, attackers, seed=0, per_round=10, population=50):
 
 
 def support_screener(**overrides):
-    return FedLNS(**{"activation_threshold": 30, "random_state": 0, **overrides})     # the default rule
+    return FedLNS(**{"activation_threshold": 30, "random_state": 0, "retain_rule": "support", **overrides})
 
 
 def test_sketch_estimates_cosines():

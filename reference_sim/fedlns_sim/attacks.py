@@ -45,6 +45,11 @@ round's benign updates, and ``ipm_search`` runs the server's own step; only the 
                     mean, with gamma picked each round from a fixed grid (0.1 to 16) to maximise the distance
                     between the server's actual aggregate (its own step, run on a copy of its state) and the
                     benign mean (the "optimal IPM" of ByzFL, written here as a grid search).
+Adaptive, against the cohort rule (``fedlns_default`` since the support rule; white-box as above):
+  ``majority_only``  train twice, on clean and on corrupted targets; send the corrupted model only in rounds where
+                     the attackers are at least half of the round's clients, the clean one otherwise. The cohort
+                     rule places ids only through rounds whose updates split: this attacker splits only where it
+                     holds the round, so that the ids it gets placed are its own.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -561,6 +566,27 @@ class LoraBand(TargetCorruption):
         return out
 
 
+class MajorityOnly(TargetCorruption):
+    """Corrupted targets only where the round's attackers are at least half of it; honest elsewhere."""
+
+    name = "majority_only"
+    trainings = ("clean", "poisoned")
+
+    def __init__(self, tokenizer, config=None):
+        super().__init__(tokenizer, config)
+        self._clean: list[dict] = []     # this round's clean models, in the order the attackers were trained
+
+    def local_result(self, trained, global_params, norm_keys):
+        self._clean.append(trained["clean"][0])
+        return trained["poisoned"]
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        clean, self._clean = self._clean, []
+        if 2 * len(malicious) >= len(client_params):
+            return client_params
+        return {**client_params, **dict(zip(malicious, clean))}
+
+
 class IPMSearch(_Colluding):
     """Inner product manipulation with the scale searched against the server's own step each round."""
 
@@ -591,7 +617,7 @@ class IPMSearch(_Colluding):
 
 ATTACKS = {cls.name: cls for cls in (TargetCorruption, Backdoor, SignFlip, Scaling, Gaussian, ALIE, IPM, MinMax,
                                      NormMimicry, NormFreeze, Decoy, DeltaBudget, NormNoise, BandMimic, IPMSearch,
-                                     LoraQuiet, LoraBand)}
+                                     LoraQuiet, LoraBand, MajorityOnly)}
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"
 
 

@@ -25,7 +25,8 @@ PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 # Every method, in table order, with its display name.
 METHOD_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
                 "trimmed_mean": "Trimmed", "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS",
-                "fedlns_default": "FedLNS (default)", "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
+                "fedlns_default": "FedLNS (default)", "fedlns_support": "FedLNS (support rule)",
+                "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
                 "fedlns_median": "FedLNS + Median", "fedlns_norm_bound": "FedLNS + Norm-Bound",
                 "oracle": "Oracle (benign only)"}
 METHODS = tuple(METHOD_NAMES)
@@ -37,7 +38,7 @@ COMPOSED = {"fedlns_multi_krum": "multi_krum", "fedlns_median": "coordinate_medi
 # Attacks (attacks.py implements one class per name; docs there).
 ATTACK_NAMES = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
                 "norm_mimicry", "norm_freeze", "decoy", "delta_budget", "norm_noise", "band_mimic", "ipm_search",
-                "lora_quiet", "lora_band")
+                "lora_quiet", "lora_band", "majority_only")
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
 # References, not defences: the oracle reads the ground truth (which clients are malicious).
@@ -51,9 +52,16 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 MIXTURE_SOLVERS = ("fast", "sklearn")
 
 
+#: Settings whose default changed when they were added: the value every run made before then had. Archived runs
+#: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
+LEGACY = {"default_rule": "support"}
+
+
 def experiment_fields(config_dict: dict) -> dict:
-    """The config without the machine keys: what must match for two folders to hold the same run."""
-    return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS}
+    """The config without the machine keys (and ``default_rule`` outside ``fedlns_default``, the one method it
+    applies to): what must match for two folders to hold the same run."""
+    unused = () if config_dict.get("method") == "fedlns_default" else ("default_rule",)
+    return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,9 @@ class Config:
     lora_targets: str = ""                # comma-separated module names; "" = the family's attention projections
     peft_norms: bool = True               # norms trainable and in the payload (fedlns_torch.make_norms_trainable)
     signature: str = "norms"              # FedLNS's signature: norms | lora_stats | auto (methods.SIGNATURES)
+    default_rule: str = "cohort"          # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
+                                          # support (every run archived before the cohort rule: LEGACY; the report
+                                          # shows them as fedlns_support, the method that runs that rule now)
 
     @property
     def clients_per_round(self) -> int:
@@ -164,7 +175,7 @@ class Config:
         >>> Config(attack="alie").run_name()[:40]
         'gpt-iid-mal40-fedlns-act50-seed100-alie-'
         """
-        defaults = Config().to_dict()
+        defaults = {**Config().to_dict(), **LEGACY}
         changed = {k: v for k, v in experiment_fields(self.to_dict()).items() if v != defaults[k]}
         digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]
         attack = "" if self.attack == "target_corruption" else f"-{self.attack}"
@@ -207,6 +218,8 @@ class Config:
             (self.signature in ("norms", "lora_stats", "auto"),
              f"signature must be norms, lora_stats or auto, got {self.signature!r}"),
             (self.signature != "lora_stats" or self.peft == "lora", "signature='lora_stats' needs peft='lora'"),
+            (self.default_rule in ("cohort", "support"),
+             f"default_rule must be cohort or support, got {self.default_rule!r}"),
             (not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
              "with peft_norms=false the payload carries no normalization parameter for FedLNS to screen: set "
              "peft_norms=true (the recipe in docs/peft.md) or signature=lora_stats or auto"),
@@ -365,5 +378,6 @@ def make_config(preset: str = "paper", family: str = "gpt", **overrides) -> Conf
 
 
 def config_from_dict(values: dict) -> Config:
-    """Rebuild a config from its JSON form (unknown keys raise)."""
-    return apply_overrides(Config(), values).validate()
+    """Rebuild a config from its JSON form (unknown keys raise; a setting the form predates takes its LEGACY
+    value, else its default)."""
+    return apply_overrides(Config(), {**LEGACY, **values}).validate()

@@ -44,9 +44,10 @@ def make_screener(config):
 
     signature = SIGNATURES[config.signature]
     seed = stream_seed(config.seed, "screening")
-    if config.method == "fedlns_default":   # exactly FedLNS's default, planned from the population size alone
+    if config.method in ("fedlns_default", "fedlns_support"):   # FedLNS's default, planned from the population size
+        support = config.method == "fedlns_support" or config.default_rule == "support"   # the default before cohort
         return FedLNS.for_federation(config.num_clients, config.clients_per_round, signature=signature,
-                                     random_state=seed)
+                                     random_state=seed, **({"retain_rule": "support"} if support else {}))
     settings = dict(signature=signature, activation_threshold=config.activation_threshold,
                     components="two" if config.method == "fedlns_two" else "bic",
                     mixture_solver=config.mixture_solver, warmup=config.warmup, random_state=seed)

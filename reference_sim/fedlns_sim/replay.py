@@ -17,9 +17,12 @@ A variant left with no bank entry for its reference (e.g. ``exclude_round`` in t
 paper's reference in that round.
 
 A run of ``FedLNS()``'s rule (method ``fedlns_default``) also records each client's update sketch; its bank
-(signature, sketch, round and score per client) is rebuilt the same way and the rule replayed:
+(signature, sketch, round and score per client) is rebuilt the same way and the rule replayed (by default the
+run's own: a check, it must reproduce the recorded decisions):
 
-``support``        the rule as the run applied it (a check: it must reproduce the recorded decisions)
+``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
+                   graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
+``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
                    the other (mean cosine across below T times its own within); a round without such a part is
@@ -35,6 +38,7 @@ import numpy as np
 
 from fedlns_core import bic_gmm_retain, deviation_scores, median_mad, standardize
 from fedlns_core._rules import guarded_rule
+from fedlns_core._cohort import CohortGraph, cohort_rule
 from fedlns_core._support import _unit, recent_rows, support_rule
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
@@ -42,7 +46,7 @@ from scipy.spatial.distance import squareform
 from .runfiles import read_meta, read_records
 
 VARIANTS = ("paper", "max_age:A", "exclude_round", "no_singletons", "guarded:L:S")
-SUPPORT_VARIANTS = ("support", "round_first:T")
+SUPPORT_VARIANTS = ("cohort", "support", "round_first:T")
 
 
 def load_signatures(run_dir: Path) -> dict[int, tuple[list[int], np.ndarray]]:
@@ -65,7 +69,12 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
     if not config["method"].startswith("fedlns"):
         raise ValueError(f"{run_dir} is a {config['method']} run, not FedLNS")
     if config["method"] == "fedlns_default":
-        return replay_support(run_dir, variant or "support")
+        if variant is None:       # the rule the run's screener had
+            from .config import config_from_dict
+            from .methods import make_screener
+
+            variant = make_screener(config_from_dict(config)).retain_rule
+        return replay_support(run_dir, variant)
     variant = variant or "paper"
     from .seeds import stream_seed
 
@@ -116,25 +125,32 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
     return decisions
 
 
+def parameter_count(run_dir: Path) -> int:
+    """How many numbers each client sent in the run (its payload: the whole model, or the adapters)."""
+    meta = read_meta(run_dir)
+    return int(meta.get("payload_parameters") or meta["n_parameters"])
+
+
 def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     """Per screened round of a ``fedlns_default`` run: the clients ``FedLNS()``'s rule keeps, under ``variant``
-    (``support`` or ``round_first:T``), from its recorded signatures and update sketches."""
+    (``cohort``, ``support`` or ``round_first:T``), from its recorded signatures and update sketches."""
     from .config import config_from_dict
     from .methods import make_screener
 
     name, _, argument = variant.partition(":")
-    if name not in ("support", "round_first"):
+    if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(read_meta(run_dir)["config"]))
     recent = max(screener.activation_threshold, 3)
     records = {r["round"]: r for r in read_records(run_dir)}
     bank: dict[int, list] = {}      # client -> [signature, sketch, stamp, score], in the screener's column order
+    graph = CohortGraph()
     decisions = []
     for t, path in sorted((int(p.stem.split("-")[1]), p) for p in (Path(run_dir) / "signatures").glob("round-*.npz")):
         with np.load(path) as stored:
             if "sketches" not in stored:
-                raise FileNotFoundError(f"{path} has no update sketches (recorded before they were, or not the "
-                                        "support rule)")
+                raise FileNotFoundError(f"{path} has no update sketches (recorded before they were, or by a rule "
+                                        "that does not sketch)")
             clients = [int(c) for c in stored["clients"]]
             signatures, sketches, stamp = stored["signatures"], stored["sketches"], int(stored["stamp"])
         for client, signature, sketch in zip(clients, signatures, sketches):
@@ -144,17 +160,26 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
         for client, score in zip(clients, scores):
             bank[client][3] = score
         record = records.get(t, {})
-        if not record.get("active"):
-            continue
         position = {client: index for index, client in enumerate(bank)}
         entries = list(bank.values())
         bank_sketches = np.stack([entry[1] for entry in entries])
         stamps = np.array([entry[2] for entry in entries], dtype=float)
-        outcome = support_rule(scores, sketches, bank_sketches, np.array([position[c] for c in clients]), stamps,
-                               np.array([entry[3] for entry in entries]), recent=recent,
-                               max_groups=screener.max_groups, separation=screener.separation,
-                               loud_separation=screener.loud_separation)
-        retained = outcome.retained
+        bank_scores = np.array([entry[3] for entry in entries])
+        if name == "cohort":       # the graph learns from every round, warm-up included
+            outcome = cohort_rule(scores, sketches, clients, graph, stamps, bank_scores, recent=recent,
+                                  separation=screener.separation, loud_separation=screener.loud_separation,
+                                  decay=screener.cohort_decay, decide=bool(record.get("active")),
+                                  dimension=min(screener.sketch_dim, parameter_count(run_dir)))
+            graph = outcome.graph.restricted(list(bank))
+        if not record.get("active"):
+            continue
+        if name == "cohort":
+            retained = outcome.retained
+        else:
+            outcome = support_rule(scores, sketches, bank_sketches, np.array([position[c] for c in clients]), stamps,
+                                   bank_scores, recent=recent, max_groups=screener.max_groups,
+                                   separation=screener.separation, loud_separation=screener.loud_separation)
+            retained = outcome.retained
         if name == "round_first":
             rows = recent_rows(stamps, recent)
             retained = _round_first(outcome, sketches, bank_sketches[rows], stamps[rows], stamp, float(argument))

@@ -311,14 +311,14 @@ def _norm_keys(params: dict) -> frozenset:
 
 def _save_signatures(run_dir: Path, t: int, config: Config, server: _Server, client_params: dict) -> None:
     """Each client's flat signature of round t as FedLNS saw it, from the global weights the round started from
-    (for offline replay of the screening); for the ``"support"`` rule also each client's update sketch and the
-    round's stamp in the bank (``server.screener`` has taken in the round)."""
+    (for offline replay of the screening); for the ``"cohort"`` and ``"support"`` rules also each client's update
+    sketch and the round's stamp in the bank (``server.screener`` has taken in the round)."""
     global_params, screener = server.global_params, server.screener
     ids = sorted(client_params)
     keys, signatures = screener.client_signatures(global_params, {c: client_params[c] for c in ids})
     rows = np.stack([signatures[c] for c in ids])   # (n_clients, D) float64
     arrays = {"clients": np.asarray(ids), "signatures": rows, "keys": np.asarray(keys)}
-    if screener.retain_rule == "support":
+    if screener.retain_rule in ("cohort", "support"):       # the rules that sketch each update
         sketches = screener.update_sketches(global_params, client_params)
         arrays.update(sketches=np.stack([sketches[c] for c in ids]), stamp=np.asarray(screener.round_ - 1))
     folder = run_dir / "signatures"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Config, experiment_fields
+from .config import LEGACY, Config, experiment_fields
 
 # Source packages whose code decides a run's numbers; the simulator's reporting modules (and the report package)
 # read run files and never change a number in them, so editing them does not make earlier runs "other code".
@@ -163,7 +163,7 @@ def check_same_run(run_dir: Path, config_dict: dict, data_source: str | None = N
     stored = read_meta(run_dir)
     if stored is None:
         return
-    previous = {**Config().to_dict(), **stored["config"]}   # a setting added since the run counts at its default
+    previous = {**Config().to_dict(), **LEGACY, **stored["config"]}   # a setting added since: its value then
     if experiment_fields(previous) != experiment_fields(config_dict):
         changed = sorted(k for k in experiment_fields(config_dict) if previous.get(k) != config_dict.get(k))
         raise RuntimeError(f"{run_dir} holds a run with a different config ({', '.join(changed) or 'keys'}); "

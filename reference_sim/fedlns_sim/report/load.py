@@ -26,6 +26,14 @@ class MixedCodeError(ValueError):
     """Runs made by different code were about to be put into one table."""
 
 
+def reported_method(config: dict) -> str:
+    """The method a run is reported as: ``fedlns_default`` runs made before the cohort rule (no ``default_rule``, or
+    ``"support"``) ran the support rule, today's ``fedlns_support``."""
+    if config["method"] == "fedlns_default" and config.get("default_rule", "support") == "support":
+        return "fedlns_support"
+    return config["method"]
+
+
 def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
     """One summary per run under ``root`` (a runs folder, an archive, or a results folder holding one): its config,
     best checkpoint, last ten rounds, detection totals, screening diagnostics and timings.
@@ -49,7 +57,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
         code = meta.get("code") or {}
         summaries.append({
             "run": name, "family": config["family"], "partition": config["partition"],
-            "method": config["method"], "fraction": config["malicious_fraction"], "seed": config["seed"],
+            "method": reported_method(config), "fraction": config["malicious_fraction"], "seed": config["seed"],
             "attack": config.get("attack", PAPER_ATTACK), "learning_rate": config["learning_rate"],
             "backdoor_asr": _mean_or_nan([r.get("backdoor_asr") for r in last]),
             "coverage": config["activation_coverage"], "rounds": config["rounds"], "completed": trained[-1]["round"],

@@ -1,0 +1,271 @@
+"""The ``"cohort"`` retain rule (the default): split the round by its own updates, let the population's history
+say which side is honest.
+
+Not in the paper. Two facts, measured on recorded rounds (``docs/results/lora-matrix/lockin``), shape it:
+
+* **Within a round the kinds are apart.** Clients that start from the same global model and train on
+  corrupted targets (or send a crafted update) point one way, honest clients another: in the LoRA scenario
+  (GPT, 40% malicious) the mean cosine of update sketches is 0.35 between honest clients of a round, 0.73
+  between attackers and -0.16 across, and one average-linkage cut of the round separated them exactly in 31 of
+  33 screened rounds.
+* **Across rounds updates need not agree.** The same honest clients' LoRA updates have cosine 0.08-0.14 one to
+  six rounds apart (the adapter *is* the accumulated update, so its direction moves with it), and an honest
+  round's direction ranges from -0.7 to +0.6 against earlier attackers'. The ``"support"`` rule, which groups
+  sketches of many rounds, then builds its "majority group" around the one coherent group, the attackers.
+
+So the rule compares updates only within their round, and takes what links rounds from the clients' ids,
+which is what the history bank is keyed by anyway:
+
+1. **The round's parts.** The round's update sketches (``fedlns_core._support``) are cut in two by
+   average-linkage clustering of their cosines. The parts are *apart* when the larger of their mean cosines
+   within is at least ``MIN_COHERENCE`` and the mean cosine across is below ``separation`` times it; else the
+   round is one part (a clean round, or attackers the updates cannot tell apart).
+2. **The cohort graph.** Every split round adds +1 between two of its clients in the same part and -1 between
+   two in different parts to a signed graph over client ids (the bank's ids); older evidence decays by
+   ``cohort_decay`` per round, so a client's standing follows what it sends now.
+3. **The population's cohorts.** The sign of each id in the graph's leading eigenvector (largest eigenvalue;
+   for two antagonistic groups it is +1 on one and -1 on the other) splits the ids in two; a side holding
+   more than half of all the bank's ids is the majority cohort (the population's honest majority, as the
+   bank's threshold is planned to give). Ids the leading component does not reach are unplaced; without a
+   side holding more than half, nobody is placed.
+4. **Decision.** In a split round each part gets a vote: +1 for each member in the majority cohort, -1 for
+   each in the minority, 0 for an unplaced one. The part with the lower vote is rejected when that vote is
+   negative. The current round's edges are in the graph before the vote, so a client seen for the first time
+   is placed by whom it sided with. A round that does not split keeps everyone.
+5. **Loud normalization change**, as in the ``"support"`` rule: a deviation score ``delta_i`` more than
+   ``loud_separation`` robust widths above the recent bank entries' scores is rejected.
+
+Properties this buys. A round in which the attackers hold the majority is still decided by the population (their
+part's members are minority-side ids); a quiet group (sending back the received normalization parameters) and a
+loud one are treated alike, as parts apart; an honest client that is an outlier in one round is not rejected for
+it (its id is majority-side), and a client is never rejected without an update apart from the others in this
+round. What it needs: ids that come back (the graph links rounds through them); ids seen in no split round are
+unplaced, so a round made only of new ids keeps everyone. What gets through: attackers whose updates a round
+cannot tell from honest ones (``alie``, ``backdoor``), as with every rule that reads updates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import squareform
+
+from ._support import MIN_COHERENCE, _unit, loud_reasons, recent_rows
+from ._types import ClientId
+
+#: Above this many ids the leading eigenvector is found by Lanczos iterations instead of a full decomposition.
+_DENSE_EIGEN_LIMIT = 400
+
+
+@dataclass(frozen=True)
+class RoundParts:
+    """A round's cut in two: ``first`` (N,) bool marks the coherent part; ``within`` its mean cosine within,
+    ``across`` the mean cosine between the parts; ``apart`` whether the cut counts."""
+
+    first: np.ndarray
+    within: float
+    across: float
+    apart: bool
+
+
+def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None = None) -> RoundParts | None:
+    """Cut a round's clients in two by their (N, N) update cosines; None for fewer than 3 clients.
+
+    Every group of the average-linkage tree of the round (every cluster of every cut) of at least two clients
+    is a candidate *core*; it is apart from the rest when its mean cosine within is coherent and its mean cosine
+    to the rest is below ``separation`` times that. Coherent: at least ``MIN_COHERENCE``, and at least four
+    standard errors above chance, where two unrelated updates of ``dimension`` numbers (the sketch's length, or
+    the update's where that is shorter) have cosines of about ``1 / sqrt(dimension)``: a core of m clients averages
+    m (m - 1) / 2 of them, so it needs ``4 / sqrt(dimension * m (m - 1) / 2)``. Without this, two noise updates
+    of a small model that happen to agree would be a core. Of the cores apart from the rest, the
+    one with the most coherence (size times mean cosine within) cuts the round: two opposed groups give the
+    same cut whichever is the core, and updates that agree with nothing (noise) all land outside the core that
+    the honest clients form, however many there are. Without such a core the round is one part
+    (``apart=False``; ``first`` is then the largest group apart from nothing: everyone).
+
+    Examples
+    --------
+    >>> honest, attack = np.array([1.0, 0.3, 0.0]), np.array([0.0, 0.3, 1.0])
+    >>> rows = _unit(np.stack([honest + 0.1 * i * np.array([0, 1, -1]) for i in range(4)]
+    ...                       + [attack + 0.05 * i for i in range(3)]))
+    >>> parts = round_parts(rows @ rows.T, separation=0.5)
+    >>> parts.apart, parts.first.tolist()
+    (True, [True, True, True, True, False, False, False])
+    """
+    n = cosines.shape[0]
+    if n < 3:
+        return None
+    distances = 1.0 - np.clip(cosines, -1.0, 1.0)
+    np.fill_diagonal(distances, 0.0)
+    tree = linkage(squareform(distances, checks=False), "average")
+    row_sums = cosines.sum(axis=1) - np.diag(cosines)
+    off = cosines - np.diag(np.diag(cosines))
+    members: list[np.ndarray] = [np.array([i]) for i in range(n)]
+    inner = [0.0] * n                       # sum of cosines between distinct members, per tree node
+    best = None                             # (coherence, members, within, across)
+    for left, right, _, _ in tree:
+        a, b = members[int(left)], members[int(right)]
+        group = np.concatenate([a, b])
+        total = inner[int(left)] + inner[int(right)] + 2.0 * float(off[np.ix_(a, b)].sum())
+        members.append(group)
+        inner.append(total)
+        size = group.size
+        if size >= n:
+            continue
+        within = total / (size * (size - 1))
+        across = (float(row_sums[group].sum()) - total) / (size * (n - size))
+        chance = 0.0 if dimension is None else 4.0 / np.sqrt(dimension * size * (size - 1) / 2)
+        coherent = within >= max(MIN_COHERENCE, chance)
+        if coherent and across < separation * within and (best is None or size * within > best[0]):
+            best = (size * within, group, within, across)
+    if best is None:
+        return RoundParts(np.ones(n, dtype=bool), float("nan"), float("nan"), False)
+    first = np.zeros(n, dtype=bool)
+    first[best[1]] = True
+    return RoundParts(first, best[2], best[3], True)
+
+
+class CohortGraph:
+    """Signed, decaying co-membership counts between client ids (see the module docstring).
+
+    Immutable: :meth:`updated` and :meth:`restricted` return new graphs, so a round stages its change and the
+    screener commits it with the bank.
+    """
+
+    def __init__(self, ids: Sequence[ClientId] = (), weights: np.ndarray | None = None):
+        self.ids: tuple[ClientId, ...] = tuple(ids)
+        self.weights = np.zeros((len(self.ids), len(self.ids))) if weights is None else weights
+        if self.weights.shape != (len(self.ids), len(self.ids)):
+            raise ValueError(f"cohort weights of shape {self.weights.shape} for {len(self.ids)} ids")
+        self._index = {client_id: i for i, client_id in enumerate(self.ids)}
+        if len(self._index) != len(self.ids):
+            raise ValueError("duplicate ids in the cohort graph")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def updated(self, ids: Sequence[ClientId], first: np.ndarray | None, decay: float) -> "CohortGraph":
+        """The graph after a round: old weights times ``decay``, then +1/-1 between the round's clients by
+        ``first`` (their part; None for a round that did not split: nothing is added)."""
+        new = [client_id for client_id in dict.fromkeys(ids) if client_id not in self._index]
+        size = len(self.ids) + len(new)
+        weights = np.zeros((size, size))
+        weights[: len(self.ids), : len(self.ids)] = self.weights * decay
+        graph = CohortGraph(self.ids + tuple(new), weights)
+        if first is not None:
+            rows = np.array([graph._index[client_id] for client_id in ids])
+            signs = np.where(first[:, None] == first[None, :], 1.0, -1.0)
+            np.fill_diagonal(signs, 0.0)
+            weights[np.ix_(rows, rows)] += signs
+        return graph
+
+    def restricted(self, ids: Sequence[ClientId]) -> "CohortGraph":
+        """The graph over ``ids`` in that order (an id it does not hold gets no edges)."""
+        ids = tuple(ids)
+        known = np.array([client_id in self._index for client_id in ids], dtype=bool)
+        rows = np.array([self._index[client_id] for client_id, ok in zip(ids, known) if ok], dtype=int)
+        weights = np.zeros((len(ids), len(ids)))
+        weights[np.ix_(known, known)] = self.weights[np.ix_(rows, rows)]
+        return CohortGraph(ids, weights)
+
+    def sides(self) -> dict[ClientId, int]:
+        """+1 for ids in the majority cohort, -1 in the minority, 0 unplaced (no edge, or outside the leading
+        component). A side is the majority cohort only when it holds more than half of *all* the graph's ids
+        (the bank's): ids are placed only by the rounds that split, which an attacker can choose (apart only
+        where it holds the round), so a side that merely outnumbers the other among placed ids proves nothing.
+        Without such a side every id is 0."""
+        unplaced = {client_id: 0 for client_id in self.ids}
+        if not len(self.ids) or not self.weights.any():
+            return unplaced
+        lead = _leading_vector(self.weights)
+        reached = np.abs(lead) > 1e-9 * np.abs(lead).max()
+        side = np.where(reached, np.sign(lead), 0.0)
+        if 2 * int((side < 0).sum()) > len(self.ids):
+            side = -side
+        elif not 2 * int((side > 0).sum()) > len(self.ids):
+            return unplaced
+        return {client_id: int(s) for client_id, s in zip(self.ids, side)}
+
+
+def _leading_vector(weights: np.ndarray) -> np.ndarray:
+    """The eigenvector of the largest eigenvalue of a symmetric matrix."""
+    if weights.shape[0] <= _DENSE_EIGEN_LIMIT:
+        return np.linalg.eigh(weights)[1][:, -1]
+    from scipy.sparse.linalg import eigsh
+
+    start = np.ones(weights.shape[0]) / np.sqrt(weights.shape[0])
+    return eigsh(weights, k=1, which="LA", v0=start)[1][:, 0]
+
+
+@dataclass(frozen=True)
+class CohortOutcome:
+    """What the cohort rule decided for the round's N clients (canonical order), and the staged graph."""
+
+    retained: np.ndarray                  # (N,) bool
+    reasons: tuple[str, ...]              # (N,) "" for a retained client
+    support: np.ndarray                   # (N,) mean cosine to the kept part's other clients (nan alone)
+    parts: RoundParts | None
+    votes: tuple[int, int] | None         # the parts' votes (first, other) where the round split
+    graph: CohortGraph
+    loud_threshold: float | None
+
+
+def cohort_rule(scores: np.ndarray, sketches: np.ndarray, ids: Sequence[ClientId], graph: CohortGraph,
+                stamps: np.ndarray, bank_scores: np.ndarray, *, recent: int, separation: float,
+                loud_separation: float, decay: float, dimension: int | None = None,
+                decide: bool = True) -> CohortOutcome:
+    """Decide a round by its parts and the cohort graph (``decide=False``: only stage the graph, keep everyone).
+
+    Parameters
+    ----------
+    scores : (N,)
+        The round's deviation scores ``delta`` (eq. ``client_score``).
+    sketches : (N, k)
+        The round's update sketches.
+    ids : N client ids
+        Whose rows they are.
+    graph : CohortGraph
+        The graph before this round.
+    dimension : int, optional
+        How many independent numbers a sketch holds (the sketch's length, or the update's where shorter): sets
+        the chance level of cosines (:func:`round_parts`).
+    stamps, bank_scores : (B,), (B,)
+        Round stamp and screened score of each bank entry; the ``recent`` latest entries' scores are the loud
+        test's reference.
+    """
+    n = len(ids)
+    units = _unit(sketches)
+    cosines = units @ units.T
+    parts = round_parts(cosines, separation=separation, dimension=dimension)
+    split = parts is not None and parts.apart
+    graph = graph.updated(ids, parts.first if split else None, decay)
+    reasons = [""] * n
+    votes = None
+    kept = np.ones(n, dtype=bool)
+    if split and decide:
+        side = graph.sides()
+        members = [parts.first, ~parts.first]
+        votes = tuple(int(sum(side[client_id] for client_id, m in zip(ids, mask) if m)) for mask in members)
+        lower = int(np.argmin(votes))
+        if votes[lower] < 0:
+            kept = ~members[lower]
+            for i in np.flatnonzero(members[lower]):
+                reasons[i] = (f"in the part of the round apart from the rest (mean cosine {parts.across:.3g} "
+                              f"across, {parts.within:.3g} within) whose clients' history places them outside "
+                              f"the population's majority cohort (vote {votes[lower]:+d} of "
+                              f"{int(members[lower].sum())})")
+    support = np.full(n, np.nan)
+    for i in range(n):
+        others = kept.copy()
+        others[i] = False
+        if others.any():
+            support[i] = float(cosines[i, others].mean())
+    loud_threshold = None
+    if decide:
+        rows = recent_rows(stamps, recent)
+        loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
+    retained = np.array([not reason for reason in reasons], dtype=bool)
+    return CohortOutcome(retained, tuple(reasons), support, parts, votes, graph, loud_threshold)
