@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -284,7 +284,7 @@ def support_rule(scores: np.ndarray, sketches: np.ndarray, bank_sketches: np.nda
     spread = 1.4826 * float(np.median(np.abs(reference - centre))) if reference.size else 0.0
     loud_threshold = centre + loud_separation * spread if spread > 0 else None
     if loud_threshold is not None:
-        for i in np.flatnonzero(scores > loud_threshold):
+        for i in np.flatnonzero(scores > loud_threshold).tolist():
             reasons[i] = reasons[i] or (f"loud normalization change (delta {scores[i]:.3g} above "
                                         f"{loud_threshold:.3g}: {loud_separation:g} robust widths over "
                                         f"the bank's median {centre:.3g})")
