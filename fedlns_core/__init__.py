@@ -5,7 +5,8 @@ Flower, FedML or transformers; the adapters in ``fedlns_torch``, ``fedlns_flower
 translate those frameworks' objects.
 """
 
-from ._aggregate import AggregationRule, Aggregator, apply_update, weighted_average
+from ._aggregate import AggregationRule as AggregationRule  # deprecated name: importable, not in __all__
+from ._aggregate import Aggregator, apply_update, weighted_average
 from ._bank import HistoryBank
 from ._journal import ScreeningJournal
 from ._lora import lora_payload_keys

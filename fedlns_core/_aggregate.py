@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -16,9 +16,9 @@ AggregationRule = Aggregator      # its former name, kept for code that imports 
 
 def normalized_weights(weights: Mapping[ClientId, float]) -> dict[ClientId, float]:
     """``alpha_i = n_i / sum_j n_j`` (eq. ``weight``); ``ValueError`` for a bad weight."""
-    checked = {}
+    checked: dict[ClientId, float] = {}
     for client_id, weight in weights.items():
-        client_id = check_client_id(client_id)
+        client_id = check_client_id(client_id)  # noqa: PLW2901 - the id, checked and normalized
         if isinstance(weight, (bool, np.bool_)) or not isinstance(weight, numbers.Real) \
                 or not np.isfinite(weight) or weight <= 0:
             raise ValueError(f"client {client_id!r}: weight must be a positive finite number, got {weight!r}")
@@ -126,7 +126,7 @@ def apply_aggregator(global_params: ParamDict, client_params: Mapping[ClientId, 
                      scales: Mapping[ClientId, float] | None = None) -> dict[str, np.ndarray]:
     """``w + aggregator(updates, num_examples)`` where ``updates[i] = c_i (w_i - w)``: compose another
     aggregator (``c_i`` from ``scales``, 1 where absent)."""
-    updates = {}
+    updates: dict[ClientId, dict[str, np.ndarray]] = {}
     for client_id in num_examples:
         scale = _scale(scales or {}, client_id)
         updates[client_id] = {}
@@ -163,7 +163,7 @@ def apply_update(global_params: ParamDict, update: ParamDict) -> dict[str, np.nd
     return _add_update(check_global_params(global_params), update)
 
 
-def _add_update(global_params: dict[str, np.ndarray], update: ParamDict) -> dict[str, np.ndarray]:
+def _add_update(global_params: Mapping[str, np.ndarray], update: ParamDict) -> dict[str, np.ndarray]:
     """:func:`apply_update` on a global model already checked."""
     if not isinstance(update, Mapping) or set(update) != set(global_params):
         raise ValueError("the update must be a mapping with exactly the global model's keys")

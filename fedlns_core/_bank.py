@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,9 +30,9 @@ class Refresh:
     slots: dict                     # id -> column, after the refresh
     writes: dict                    # column -> new (D,) values
     seen: set                       # ids offered, after the refresh (reservoir mode)
-    entropy: object = None          # the unseeded generator after its draws (reservoir, no seed)
+    entropy: np.random.Generator | None = None   # the unseeded generator after its draws (reservoir, no seed)
     n_columns: int = 0              # columns in use after the refresh
-    base: np.ndarray = field(default=None, repr=False)   # (D, columns in use) before the refresh
+    base: np.ndarray = field(default=None, repr=False)   # type: ignore[arg-type]  # (D, columns in use) before the refresh; stage() always sets it
     dtype: np.dtype = np.dtype(np.float64)               # storage after the refresh (see HistoryBank)
 
     def __len__(self) -> int:
@@ -107,7 +108,7 @@ class HistoryBank:
         self._slots: dict[ClientId, int] = {}       # id -> column
         self._by_slot: list[ClientId] = []          # column -> id (reservoir evicts by column: O(1))
         self._seen: set[ClientId] = set()           # distinct ids offered (reservoir mode only)
-        self._entropy = None
+        self._entropy: np.random.Generator | None = None
 
     # ----------------------------------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -192,7 +193,7 @@ class HistoryBank:
         width = sum(int(np.prod(shape)) for shape in shapes)
         if self._keys is not None and (keys, shapes) != (self._keys, self._shapes):
             raise ValueError(f"signature layout {list(zip(keys, shapes))} differs from the bank's "
-                             f"{list(zip(self._keys, self._shapes))}")
+                             f"{list(zip(self._keys, self._shapes or ()))}")
         rows = np.asarray(rows, dtype=np.float64)
         if rows.shape != (len(client_ids), width):
             raise ValueError(f"rows has shape {rows.shape}, expected {(len(client_ids), width)}")
@@ -242,9 +243,10 @@ class HistoryBank:
             for slot, values in refresh.writes.items():
                 block[:, slot] = values[start:start + _COMMIT_ROWS]
         self._slots = refresh.slots
-        self._by_slot = [None] * len(refresh.slots)
+        by_slot: list[Any] = [None] * len(refresh.slots)        # every column is filled just below
         for client_id, slot in refresh.slots.items():
-            self._by_slot[slot] = client_id
+            by_slot[slot] = client_id
+        self._by_slot = by_slot
         self._seen = refresh.seen if self.max_clients is not None else set()
         self._entropy = refresh.entropy
 
@@ -319,7 +321,7 @@ class HistoryBank:
         return {"bank_columns": ((width, len(ids)), np.dtype(np.float64))}
 
     @classmethod
-    def _from_state(cls, header: dict, arrays: dict[str, np.ndarray], source) -> "HistoryBank":
+    def _from_state(cls, header: dict, arrays: dict[str, np.ndarray], source) -> HistoryBank:
         try:
             settings = validate_settings("history-bank state",
                                          {name: header[name] for name in _BANK_SETTINGS})
@@ -353,7 +355,7 @@ class HistoryBank:
         write_state(path, "history-bank", {"bank": header}, arrays)
 
     @classmethod
-    def load(cls, path) -> "HistoryBank":
+    def load(cls, path) -> HistoryBank:
         """Read a bank written by :meth:`save`; ``ValueError`` for a corrupt or foreign file."""
         header, arrays = read_state(path, "history-bank", lambda h: cls._expected_arrays(h.get("bank")))
         return cls._from_state(header["bank"], arrays, path)

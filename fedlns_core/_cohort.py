@@ -47,10 +47,10 @@ cannot tell from honest ones (``alie``, ``backdoor``), as with every rule that r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 
 from ._support import MIN_COHERENCE, _unit, loud_reasons, recent_rows
@@ -147,7 +147,7 @@ class CohortGraph:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def updated(self, ids: Sequence[ClientId], first: np.ndarray | None, decay: float) -> "CohortGraph":
+    def updated(self, ids: Sequence[ClientId], first: np.ndarray | None, decay: float) -> CohortGraph:
         """The graph after a round: old weights times ``decay``, then +1/-1 between the round's clients by
         ``first`` (their part; None for a round that did not split: nothing is added)."""
         new = [client_id for client_id in dict.fromkeys(ids) if client_id not in self._index]
@@ -162,7 +162,7 @@ class CohortGraph:
             weights[np.ix_(rows, rows)] += signs
         return graph
 
-    def restricted(self, ids: Sequence[ClientId]) -> "CohortGraph":
+    def restricted(self, ids: Sequence[ClientId]) -> CohortGraph:
         """The graph over ``ids`` in that order (an id it does not hold gets no edges)."""
         ids = tuple(ids)
         known = np.array([client_id in self._index for client_id in ids], dtype=bool)
@@ -177,7 +177,7 @@ class CohortGraph:
         (the bank's): ids are placed only by the rounds that split, which an attacker can choose (apart only
         where it holds the round), so a side that merely outnumbers the other among placed ids proves nothing.
         Without such a side every id is 0."""
-        unplaced = {client_id: 0 for client_id in self.ids}
+        unplaced = dict.fromkeys(self.ids, 0)
         if not len(self.ids) or not self.weights.any():
             return unplaced
         lead = _leading_vector(self.weights)
@@ -240,21 +240,22 @@ def cohort_rule(scores: np.ndarray, sketches: np.ndarray, ids: Sequence[ClientId
     units = _unit(sketches)
     cosines = units @ units.T
     parts = round_parts(cosines, separation=separation, dimension=dimension)
-    split = parts is not None and parts.apart
-    graph = graph.updated(ids, parts.first if split else None, decay)
+    cut = parts if parts is not None and parts.apart else None
+    graph = graph.updated(ids, None if cut is None else cut.first, decay)
     reasons = [""] * n
-    votes = None
+    votes: tuple[int, int] | None = None
     kept = np.ones(n, dtype=bool)
-    if split and decide:
+    if cut is not None and decide:
         side = graph.sides()
-        members = [parts.first, ~parts.first]
-        votes = tuple(int(sum(side[client_id] for client_id, m in zip(ids, mask) if m)) for mask in members)
-        lower = int(np.argmin(votes))
+        members = [cut.first, ~cut.first]
+        first_vote, other_vote = (sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members)
+        votes = (first_vote, other_vote)
+        lower = 0 if first_vote <= other_vote else 1
         if votes[lower] < 0:
             kept = ~members[lower]
-            for i in np.flatnonzero(members[lower]):
-                reasons[i] = (f"in the part of the round apart from the rest (mean cosine {parts.across:.3g} "
-                              f"across, {parts.within:.3g} within) whose clients' history places them outside "
+            for i in np.flatnonzero(members[lower]).tolist():
+                reasons[i] = (f"in the part of the round apart from the rest (mean cosine {cut.across:.3g} "
+                              f"across, {cut.within:.3g} within) whose clients' history places them outside "
                               f"the population's majority cohort (vote {votes[lower]:+d} of "
                               f"{int(members[lower].sum())})")
     support = np.full(n, np.nan)

@@ -25,6 +25,7 @@ scikit-learn's fit selectable as the reference.
 
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -192,12 +193,12 @@ class _Workspace:
         if n_rows * n_features >= _PARALLEL_ELEMENTS:
             lanes = max(1, min(_PARALLEL_LANES, n_blocks, os.cpu_count() or 1))
         bounds = [min(n_features, (n_blocks * lane // lanes) * self.step) for lane in range(lanes + 1)]
-        self.ranges = list(zip(bounds[:-1], bounds[1:]))
+        self.ranges = list(itertools.pairwise(bounds))
         self.lanes = [_Lane(n_rows, self.step, n_components) for _ in range(lanes)]
         self._pool = ThreadPoolExecutor(lanes) if lanes > 1 else None
         self._spare: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def __enter__(self) -> "_Workspace":
+    def __enter__(self) -> _Workspace:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -211,7 +212,7 @@ class _Workspace:
             for job in jobs:
                 task(*job)
         else:
-            for future in [self._pool.submit(task, *job) for job in jobs]:
+            for future in [self._pool.submit(task, lane, first, stop) for lane, first, stop in jobs]:
                 future.result()
 
     def pair(self) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +279,7 @@ def _weighted_log_prob(features: np.ndarray, squares: np.ndarray, weights, means
 
 
 def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float, max_iter: int,
-        tol: float, work: "_Workspace | None" = None) -> DiagonalMixture:
+        tol: float, work: _Workspace | None = None) -> DiagonalMixture:
     """EM from initial responsibilities, in scikit-learn's order: M-step, then (E-step, M-step) until the
     mean log-likelihood of an E-step moves less than ``tol``; the returned parameters are those of the last
     M-step, and the E-step under them gives the labels and BIC of the fitted rows.
@@ -288,7 +289,7 @@ def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float,
     the loop stops there with the result and iteration count scikit-learn's loop reaches one step later.
     """
     if work is None:
-        with _Workspace(*features.shape, responsibilities.shape[1]) as work:
+        with _Workspace(features.shape[0], features.shape[1], responsibilities.shape[1]) as work:
             return _em(features, responsibilities, reg_covar=reg_covar, max_iter=max_iter, tol=tol, work=work)
     means, covariances = work.pair()
     resp = responsibilities
@@ -306,7 +307,7 @@ def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float,
                 weights, weighted = _m_then_e(features, new_resp, reg_covar, work, means, covariances)
             break
         if unchanged and n_iter < max_iter:
-            n_iter += 1
+            n_iter += 1  # noqa: PLW2901 - reports the iteration scikit-learn would reach, then breaks
             converged = True
             break
         resp = new_resp
@@ -370,4 +371,5 @@ def fit_diagonal_mixture(features: np.ndarray, n_components: int, *, reg_covar: 
                 best = fitted
             else:
                 work.give_back((fitted.means_, fitted.covariances_))
+    assert best is not None                 # n_init >= 1, and the first partition is never seen before
     return best

@@ -7,8 +7,9 @@ import json
 import os
 import tempfile
 import zipfile
+from typing import Any
 from pathlib import Path
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -27,7 +28,7 @@ def write_state(path, kind: str, header: dict, arrays: dict[str, np.ndarray]) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"format": "fedlns-core", "kind": kind, "version": 1, **header}, allow_nan=False)
-    payload = {_HEADER: np.array(text)}
+    payload: dict[str, Any] = {_HEADER: np.array(text)}     # Any: savez(**payload) takes no allow_pickle key
     for name, array in arrays.items():
         if name == _HEADER:
             raise ValueError(f"array name {_HEADER!r} is reserved")

@@ -23,7 +23,7 @@ full-update sketches of the default retain rule look at directions (``docs/attac
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -74,6 +74,7 @@ def lora_entries(pairs: Iterable[tuple[str, str]], params: Mapping[str, np.ndarr
         entries.append((a + COLUMN_NORMS, a, "columns", int(np.shape(params[a])[1])))
         entries.append((b + ROW_NORMS, b, "rows", d_out))
         found = _LORA_A.match(a)
+        assert found is not None            # pairs holds only names _LORA_A matched
         module, adapter = found["module"], found["adapter"] or ""
         for magnitude in (f"{module}.{MAGNITUDE}{adapter}.weight", f"{module}.{MAGNITUDE}"):
             if magnitude in params and np.shape(params[magnitude]) == (d_out,):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -23,7 +24,7 @@ _THREADPOOLS = None
 def _single_threaded():
     # k-means and EM over N ~ 20 rows are too small to pay for OpenMP/BLAS synchronisation: measured
     # here, one thread fits the two-component mixture ~3x faster (and faster at N=1000 too).
-    global _THREADPOOLS
+    global _THREADPOOLS  # noqa: PLW0603 - one controller per process, built on first use
     if _THREADPOOLS is None:
         _THREADPOOLS = ThreadpoolController()
     return _THREADPOOLS.limit(limits=1)
@@ -66,7 +67,9 @@ def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_
 
 
 def _training_bic(mixture, features: np.ndarray) -> float:
-    return mixture.bic_ if isinstance(mixture, DiagonalMixture) else float(mixture.bic(features))
+    if isinstance(mixture, DiagonalMixture) and mixture.bic_ is not None:     # computed by the fit
+        return mixture.bic_
+    return float(mixture.bic(features))
 
 
 def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str = "bic",
@@ -113,7 +116,7 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
     if n_clients == 1:                      # scikit-learn fits nothing to one sample: keep the client
         return MixtureDecision(1, {}, np.zeros(1, dtype=int), None, False)
     all_identical = bool((features == features[0]).all())
-    fit = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state, solver=solver)
+    fit: dict[str, Any] = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state, solver=solver)
     bic: dict[int, float] = {}
     if components == "bic":
         bic[1] = _training_bic(fit_mixture(features, 1, n_init=1, **fit), features)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.stats import hypergeom
@@ -97,7 +98,7 @@ class ActivationPlan:
 
     def table(self, coverages: Sequence[float] = DEFAULT_COVERAGES) -> list[CoverageRow]:
         """Risk and expected rounds at each bank coverage rho (bank size ``ceil(rho K)``, at least 1)."""
-        rows = []
+        rows: list[CoverageRow] = []
         for coverage in coverages:
             if not (isinstance(coverage, numbers.Real) and 0 < coverage <= 1):
                 raise ValueError(f"each coverage must be in (0, 1], got {coverage!r}")

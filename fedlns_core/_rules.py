@@ -11,7 +11,7 @@ before screening), and returns which rows to keep and why the others go.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

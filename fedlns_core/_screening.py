@@ -6,7 +6,8 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -387,7 +388,7 @@ class FedLNS:
         self._cohort = CohortGraph()
 
     @classmethod
-    def paper(cls, **settings) -> "FedLNS":
+    def paper(cls, **settings) -> FedLNS:
         """The paper's method: Algorithm BICGMMRetain on the normalization signatures, the global model held
         until the bank reaches ``activation_threshold`` (100, the paper's for K=200), no clipping.
 
@@ -403,7 +404,7 @@ class FedLNS:
 
     @classmethod
     def for_federation(cls, num_clients: int, clients_per_round: int, malicious_fraction: float = 0.4,
-                       max_risk: float = 0.01, **settings) -> "FedLNS":
+                       max_risk: float = 0.01, **settings) -> FedLNS:
         """A screener configured for a federation of ``num_clients`` with ``clients_per_round`` per round.
 
         The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
@@ -498,7 +499,8 @@ class FedLNS:
         # 1. Each client on its own: input usable (dtype, shape, range, count)? Arrays are read once.
         rejected: dict[ClientId, str] = {}
         arrays: dict[ClientId, dict[str, np.ndarray]] = {}
-        counts: dict[ClientId, float] = {}
+        counts: dict[ClientId, float | None] = {}     # None beside a rejected client's reason
+        problem: str | None
         for client_id in participants:
             if client_id not in client_params:
                 problem = "num_examples given but no model"
@@ -562,6 +564,7 @@ class FedLNS:
         scores = deviation_scores(features) if supporting or len(refresh) >= settings["activation_threshold"] \
             else None                                                            # eq. client_score, (N,)
         if supporting:      # each banked entry keeps the score it was screened with: the loud test's reference
+            assert scores is not None
             for client_id, score in zip(canonical, scores):
                 slot = refresh.slots.get(client_id)
                 if slot in refresh.writes:
@@ -569,11 +572,12 @@ class FedLNS:
         round_index = self.round_
         screened = set(canonical)
         valid = [client_id for client_id in valid if client_id in screened]
-        common = dict(round=round_index, bank_size=len(refresh), signature_keys=keys, signature=signature.kind)
+        common: dict[str, Any] = dict(round=round_index, bank_size=len(refresh), signature_keys=keys, signature=signature.kind)
         warming_up = len(refresh) < settings["activation_threshold"] and settings["warmup"] != "screen"
         cohort = None
         if settings["retain_rule"] == "cohort" and canonical:
             #    The cohort rule learns from every round, warm-up included; it decides only once active.
+            assert scores is not None                           # computed for every sketching rule
             bank_rows = refresh._block(slice(width + sketch_dim, width + sketch_dim + 2)).T      # (B, 2)
             cohort = cohort_rule(scores, signatures[:, width:-2], canonical, self._cohort, bank_rows[:, 0],
                                  bank_rows[:, 1], recent=max(settings["activation_threshold"], 3),
@@ -589,6 +593,7 @@ class FedLNS:
         elif not canonical:
             result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
         else:
+            assert scores is not None   # computed: the bank is full, or supporting (warmup="screen" needs it)
             # 4. Scores (eq. client_score) and the retain rule: the mixture (Algorithm BICGMMRetain) or
             #    one of the rules of docs/rules.md, which also read the bank standardized the same way.
             mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
@@ -617,11 +622,11 @@ class FedLNS:
                     reasons = [self._screened_reason(decision) if label else "" for label in labels]
                 else:
                     bank_features = standardize(refresh.columns().T, median, mad)     # (B, D)
-                    outcome = bank_rule(settings["retain_rule"], features, bank_features,
-                                        lone_separation=settings["lone_separation"],
-                                        min_separation=settings["min_separation"], **mixture)
-                    labels, n_components, bic = (~outcome.retained).astype(int), outcome.n_components, outcome.bic
-                    reasons = [f"screened: {reason}" if reason else "" for reason in outcome.reasons]
+                    ruled = bank_rule(settings["retain_rule"], features, bank_features,
+                                      lone_separation=settings["lone_separation"],
+                                      min_separation=settings["min_separation"], **mixture)
+                    labels, n_components, bic = (~ruled.retained).astype(int), ruled.n_components, ruled.bic
+                    reasons = [f"screened: {reason}" if reason else "" for reason in ruled.reasons]
             except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
                 raise ValueError(f"round {round_index} cannot be screened, nothing was changed: {error}") from error
             label_of = dict(zip(canonical, labels.tolist()))
@@ -652,7 +657,7 @@ class FedLNS:
         return result
 
     @staticmethod
-    def _weighting(retained, counts, max_count_ratio) -> dict[str, dict]:
+    def _weighting(retained, counts, max_count_ratio) -> dict[str, Any]:
         """Weights alpha (eq. weight) of the retained clients, counts capped at ratio x their median."""
         if not retained:
             return {}
@@ -665,7 +670,7 @@ class FedLNS:
                 "capped_counts": {c: given[c] for c in retained if used[c] != given[c]}}
 
     @staticmethod
-    def _clipping(retained, arrays, global_params, norms, settings, warming_up=False) -> dict[str, dict]:
+    def _clipping(retained, arrays, global_params, norms, settings, warming_up=False) -> dict[str, Any]:
         """Clipping factors of the retained updates (``clip="median"``), norms computed where not known. While
         everyone is averaged (warm-up) the limit is the lower quartile: a round's majority of attackers then
         cannot set it, unless they are three quarters of the round."""
@@ -778,7 +783,7 @@ class FedLNS:
         write_state(path, "screener", header, arrays)
 
     @classmethod
-    def load(cls, path) -> "FedLNS":
+    def load(cls, path) -> FedLNS:
         """Read a screener written by :meth:`save`; ``ValueError`` (only) for a corrupt or foreign file.
 
         Settings are checked against the same table as the constructor's; the round must be an int >= 0.
@@ -836,7 +841,7 @@ def _expected_arrays(header) -> dict:
     """The arrays a screener state's header announces: the bank's, and the cohort graph's where it has one."""
     bank = header.get("bank") if isinstance(header, dict) else None
     expected = HistoryBank._expected_arrays(bank)
-    if header.get("cohort"):
+    if isinstance(header, dict) and header.get("cohort") and isinstance(bank, dict):   # the bank's check passed
         size = len(bank["ids"])
         expected["cohort_weights"] = ((size, size), np.dtype(np.float64))
     return expected

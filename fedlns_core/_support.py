@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -292,7 +292,7 @@ def loud_reasons(scores: np.ndarray, reference: np.ndarray, loud_separation: flo
     spread = 1.4826 * float(np.median(np.abs(reference - centre))) if reference.size else 0.0
     threshold = centre + loud_separation * spread if spread > 0 else None
     if threshold is not None:
-        for i in np.flatnonzero(scores > threshold):
+        for i in np.flatnonzero(scores > threshold).tolist():
             reasons[i] = reasons[i] or (f"loud normalization change (delta {scores[i]:.3g} above "
                                         f"{threshold:.3g}: {loud_separation:g} robust widths over "
                                         f"the bank's median {centre:.3g})")

@@ -87,8 +87,8 @@ class SyntheticFederation:
             size = int(np.prod(shape))
             model[name] = (self.global_params[name] + flat[offset: offset + size]).astype(np.float32)
             offset += size
-        for name, shape in self.other_shapes.items():
-            model[name] = (self.global_params[name] + 1e-3 * self.rng.standard_normal(shape)).astype(np.float32)
+        for name, other_shape in self.other_shapes.items():
+            model[name] = (self.global_params[name] + 1e-3 * self.rng.standard_normal(other_shape)).astype(np.float32)
         return model
 
     def sample_round(self, round_index: int, participation: float = 0.1):

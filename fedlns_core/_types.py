@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 import numpy as np
 
-ClientId = Union[str, int]
+ClientId = str | int
 ParamDict = Mapping[str, np.ndarray]
 
 #: Largest accepted example count: float64 holds every integer up to 2**53 exactly, and no training
@@ -56,7 +56,7 @@ def check_global_params(global_params) -> dict[str, np.ndarray]:
         if not isinstance(key, str):
             raise TypeError(f"global_params: key {key!r} is not a str")
         array, problem = read_array(value)
-        if problem:
+        if array is None:               # then problem says why
             raise TypeError(f"global_params: key {key!r} {problem}")
         if array.dtype.kind not in _REAL_KINDS:
             raise TypeError(f"global_params: key {key!r} has unsupported dtype {array.dtype} "
@@ -144,7 +144,7 @@ def client_problem(client_params, global_params: Mapping[str, np.ndarray]) -> tu
         names = list(client_params.keys())
     except Exception as error:          # noqa: BLE001 - a hostile mapping
         return f"parameter names cannot be read ({type(error).__name__})", {}
-    present = set(name for name in names if isinstance(name, str))
+    present = {name for name in names if isinstance(name, str)}
     missing = [key for key in global_params if key not in present]
     if missing:
         return f"missing key{'s' if len(missing) > 1 else ''} {_listed(missing)}", {}
@@ -164,7 +164,7 @@ def _read_arrays(client_params, global_params: Mapping[str, np.ndarray]) -> tupl
         except Exception as error:      # noqa: BLE001
             return f"key {key!r} cannot be read ({type(error).__name__})", {}
         array, problem = read_array(value)
-        if problem:
+        if array is None:               # then problem says why
             return f"key {key!r} {problem}", {}
         if array.dtype.kind not in _REAL_KINDS:
             return f"key {key!r} has unsupported dtype {array.dtype} (real floating or integer only)", {}

@@ -45,7 +45,7 @@ def lora_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
     if not modules:
         raise ValueError(f"lora_signature needs LoRA entries (<module>{_A} and <module>{_B}) in the payload; "
                          f"got keys such as {sorted(global_params)[:3]}")
-    views = {}
+    views: dict[object, dict[str, np.ndarray]] = {}
     for client, params in client_params.items():
         views[client] = {}
         for module in modules:

@@ -9,7 +9,8 @@ import os
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from fedml.core import Context
@@ -156,12 +157,17 @@ class FedLNSAggregatorMixin:
     models cannot be screened, and aggregators that return per-client model dicts.
     """
 
+    # Provided by the FedML ServerAggregator this mixin is combined with (fedml has no type information).
+    args: Any
+    get_model_params: Callable[[], Any]
+    on_after_aggregation: Callable[[Any], Any]
+
     def __init__(self, model, args, *, screener: FedLNS,
                  aggregator: Callable | None = None,
                  rule: Callable | None = None,
                  state_path: str | os.PathLike | None = None,
                  log_path: str | os.PathLike | None = None, **kwargs) -> None:
-        super().__init__(model, args, **kwargs)
+        super().__init__(model, args, **kwargs)  # type: ignore[call-arg]  # FedML's ServerAggregator
         if not isinstance(screener, FedLNS):
             raise TypeError(f"screener must be a fedlns_core.FedLNS, got {type(screener).__name__}")
         screener.validate_params()
@@ -190,7 +196,7 @@ class FedLNSAggregatorMixin:
 
     def set_model_params(self, model_parameters) -> None:
         """Install the weights (wrapped aggregator) and keep a copy as the broadcast ``w_t``."""
-        super().set_model_params(model_parameters)
+        super().set_model_params(model_parameters)  # type: ignore[misc]  # FedML's ServerAggregator
         self._global_state = snapshot(self.get_model_params())
 
     @property
@@ -208,7 +214,7 @@ class FedLNSAggregatorMixin:
         """Screen the ``(sample_num, state_dict)`` list; return ``(retained_entries, kept_positions)``."""
         entries = list(raw_client_model_or_grad_list)
         client_ids = self._round_client_ids(len(entries))
-        upstream, positions = super().on_before_aggregation(entries)
+        upstream, positions = super().on_before_aggregation(entries)  # type: ignore[misc]  # FedML's
         positions = [int(position) for position in positions]
         if len(upstream) != len(positions):
             raise RuntimeError(f"wrapped on_before_aggregation returned {len(upstream)} entries "
@@ -283,12 +289,12 @@ class FedLNSAggregatorMixin:
                                          f"({type(error).__name__}: {escape_text(str(error), 200)})")
         round_index = self.screener.round_
         try:
-            result, error = self.screener.screen(global_arrays, client_arrays, counts), None
+            result, failure_text = self.screener.screen(global_arrays, client_arrays, counts), None
         except ValueError as failure:           # screen() changed nothing: hold this round
-            result, error = None, str(failure)
+            result, failure_text = None, str(failure)
         kept = () if result is None else tuple(position_of[c] for c in result.retained)
         record = RoundRecord(client_ids=tuple(all_ids), kept_positions=kept, screening=result,
-                             unreadable=unreadable, error=error, round=round_index)
+                             unreadable=unreadable, error=failure_text, round=round_index)
         self._record(record)
         return _Pending(record, global_arrays, client_arrays, handed_out=())
 
@@ -306,7 +312,7 @@ class FedLNSAggregatorMixin:
         self.journal.record(self.screener if record.screening is not None else None, record.to_dict())
 
 
-class FedLNSServerAggregator(FedLNSAggregatorMixin, DefaultServerAggregator):
+class FedLNSServerAggregator(FedLNSAggregatorMixin, DefaultServerAggregator):  # type: ignore[misc]  # fedml is untyped
     """FedML's ``DefaultServerAggregator`` (torch model, classification test) with FedLNS screening.
 
     See :class:`FedLNSAggregatorMixin` for the parameters and behaviour. Pass it as

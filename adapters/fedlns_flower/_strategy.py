@@ -192,6 +192,7 @@ class FedLNSStrategy(Strategy):
             return self._current_arrays, MetricRecord({"fedlns-failed": 1})
 
     def _screen_and_aggregate(self, server_round: int, replies: list[Message]):
+        assert self._current_arrays is not None      # set by configure_train before any reply
         global_arrays = _arrays_of(self._current_arrays)
         readable, dropped = self._read_replies(replies, global_arrays)
 

@@ -182,7 +182,7 @@ class Config:
         return (f"{self.family}-{self.partition}-mal{_percent(self.malicious_fraction)}-{self.method}"
                 f"-act{_percent(self.activation_coverage)}-seed{self.seed}{attack}-{digest}")
 
-    def validate(self) -> "Config":
+    def validate(self) -> Config:
         checks = [
             (self.family in FAMILIES, f"family must be one of {FAMILIES}, got {self.family!r}"),
             (self.partition in PARTITIONS, f"partition must be one of {PARTITIONS}, got {self.partition!r}"),

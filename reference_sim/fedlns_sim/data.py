@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,7 +201,7 @@ def load_pretrained_tokenizer(family: str, data_dir: Path | None) -> Tokenizer:
 
     processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
     specials = tuple(i for i in (processor.unk_id(), processor.bos_id(), processor.eos_id()) if i >= 0)
-    return Tokenizer(encode=lambda text: processor.encode(text), vocab_size=processor.vocab_size(),
+    return Tokenizer(encode=processor.encode, vocab_size=processor.vocab_size(),
                      special_ids=specials, eos_id=processor.eos_id(), name=name)
 
 

@@ -243,7 +243,7 @@ def round_facts(run_dir: Path) -> list[dict]:
         bad = {str(c) for c in r["malicious_sampled"]}
         rejected = [c for c, label in r["label"].items() if label != 0]
         kept = [c for c, label in r["label"].items() if label == 0]
-        share = lambda clients: sum(c in bad for c in clients) / len(clients)  # noqa: E731
+        share = lambda clients: sum(c in bad for c in clients) / len(clients)  # noqa: E731, B023 - used in this iteration
         attackers = [d for c, d in r["delta"].items() if c in bad]
         benign = [d for c, d in r["delta"].items() if c not in bad]
         facts.append({"attackers": len(bad), "clients": len(r["delta"]),
@@ -297,7 +297,7 @@ def hypotheses_markdown(rows: list[dict]) -> str:
             "... attackers >= half", "... fewer", "... bank older than median", "... younger", "Singleton splits",
             *[f"{v}: TPR / FPR / wrong" for v in variants]]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    pct = lambda x: "–" if x != x else f"{100 * x:.0f}%"  # noqa: E731
+    pct = lambda x: "–" if np.isnan(x) else f"{100 * x:.0f}%"  # noqa: E731
     for r in rows:
         cells = [r["family"], r["partition"], str(r["steps"]), str(r["runs"]), str(r["rounds"]), f"{r['auc']:.3f}",
                  pct(r["wrong"]), f"{pct(r['wrong_majority'])} of {r['majority_rounds']}", pct(r["wrong_minority"]),

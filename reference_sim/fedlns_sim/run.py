@@ -212,8 +212,7 @@ def _resume(run_dir: Path, federation: _Federation) -> _Server:
         runfiles.append_record(run_dir, {"round": 0, **_evaluate(federation, global_params, attack_metrics=False)})
     last_seen = {}   # replayed from the sampling stream
     for past in range(1, start + 1):
-        last_seen.update({client: past for client in sample_clients(config.num_clients, config.clients_per_round,
-                                                                    config.seed, past)})
+        last_seen.update(dict.fromkeys(sample_clients(config.num_clients, config.clients_per_round, config.seed, past), past))
     return _Server(start, global_params, screener, last_seen)
 
 
@@ -274,7 +273,7 @@ def _bank_ages(last_seen: dict, sampled: list, t: int) -> dict:
     """Round t's diagnostics of the bank's staleness: how old each sampled client's previous entry was, and the
     median and largest entry age once the round's entries are in (``last_seen`` is updated with them)."""
     previous = {str(c): t - last_seen[c] if c in last_seen else None for c in sampled}
-    last_seen.update({client: t for client in sampled})
+    last_seen.update(dict.fromkeys(sampled, t))
     ages = [t - seen for seen in last_seen.values()]
     return {"previous_entry_age": previous, "bank_age": {"median": float(np.median(ages)), "max": int(max(ages))}}
 

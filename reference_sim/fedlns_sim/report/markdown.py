@@ -41,7 +41,7 @@ def glance_markdown(summaries: list[dict], paired: list[dict], recovered: list[d
         seeds = {s["seed"] for s in fedlns}
 
         def runs_of(method, at=fraction):   # every cell of the row over the same seeds
-            return [s for s in groups.get((family, partition, at, method), []) if s["seed"] in seeds]
+            return [s for s in groups.get((family, partition, at, method), []) if s["seed"] in seeds]  # noqa: B023 - called in this iteration only
 
         fedavg = runs_of("fedavg")
         if not fedavg:
