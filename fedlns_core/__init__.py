@@ -14,8 +14,8 @@ from ._mixture import MixtureDecision, bic_gmm_retain
 from ._plan import ActivationPlan, plan_activation
 from ._robust import deviation_scores, median_mad, standardize
 from ._screening import FedLNS, ScreeningResult, rule_for_round_size
-from ._signature import NormSelector, extract_signature
 from ._settings import PARAMETER_CONSTRAINTS
+from ._signature import NormSelector, extract_signature
 from ._types import ClientId, ParamDict, escape_text
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ from ._types import ClientId, ParamDict, check_client_id, check_global_params
 
 #: ``aggregator(updates, num_examples) -> update``: combine retained updates into one update.
 Aggregator = Callable[[Mapping[ClientId, ParamDict], Mapping[ClientId, float]], ParamDict]
-AggregationRule = Aggregator      # its former name, kept for code that imports it
+AggregationRule = Aggregator  # its former name, kept for code that imports it
 
 
 def normalized_weights(weights: Mapping[ClientId, float]) -> dict[ClientId, float]:
@@ -19,8 +19,12 @@ def normalized_weights(weights: Mapping[ClientId, float]) -> dict[ClientId, floa
     checked: dict[ClientId, float] = {}
     for client_id, weight in weights.items():
         client_id = check_client_id(client_id)  # noqa: PLW2901 - the id, checked and normalized
-        if isinstance(weight, (bool, np.bool_)) or not isinstance(weight, numbers.Real) \
-                or not np.isfinite(weight) or weight <= 0:
+        if (
+            isinstance(weight, (bool, np.bool_))
+            or not isinstance(weight, numbers.Real)
+            or not np.isfinite(weight)
+            or weight <= 0
+        ):
             raise ValueError(f"client {client_id!r}: weight must be a positive finite number, got {weight!r}")
         checked[client_id] = float(weight)
     if not checked:
@@ -42,9 +46,12 @@ def _cast_like(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return np.rint(values).astype(reference.dtype)
 
 
-def weighted_average(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-                     weights: Mapping[ClientId, float],
-                     scales: Mapping[ClientId, float] | None = None) -> dict[str, np.ndarray]:
+def weighted_average(
+    global_params: ParamDict,
+    client_params: Mapping[ClientId, ParamDict],
+    weights: Mapping[ClientId, float],
+    scales: Mapping[ClientId, float] | None = None,
+) -> dict[str, np.ndarray]:
     """``w + sum_i alpha_i c_i (w_i - w)`` with ``alpha`` the normalised ``weights`` (eq. ``aggregation``).
 
     Parameters
@@ -86,19 +93,23 @@ def weighted_average(global_params: ParamDict, client_params: Mapping[ClientId, 
         for client_id in alphas:
             local = np.asarray(client_params[client_id][key])
             if local.shape != reference.shape:
-                raise ValueError(f"client {client_id!r}: key {key!r} has shape {local.shape}, "
-                                 f"expected {reference.shape}")
+                raise ValueError(
+                    f"client {client_id!r}: key {key!r} has shape {local.shape}, expected {reference.shape}"
+                )
             locals_.append(local.reshape(-1))
-        out[key] = _cast_like(_blocked_average(reference.reshape(-1), locals_, list(alphas.values()),
-                                               _compute_dtype(reference.dtype)), reference).reshape(reference.shape)
+        out[key] = _cast_like(
+            _blocked_average(reference.reshape(-1), locals_, list(alphas.values()), _compute_dtype(reference.dtype)),
+            reference,
+        ).reshape(reference.shape)
     return out
 
 
-_BLOCK = 1 << 16    # elements per block: the running total and scratch stay in cache across clients
+_BLOCK = 1 << 16  # elements per block: the running total and scratch stay in cache across clients
 
 
-def _blocked_average(reference: np.ndarray, locals_: list[np.ndarray], alphas: list[float],
-                     dtype: np.dtype) -> np.ndarray:
+def _blocked_average(
+    reference: np.ndarray, locals_: list[np.ndarray], alphas: list[float], dtype: np.dtype
+) -> np.ndarray:
     """``reference + sum_i alphas[i] * (locals_[i] - reference)`` over flat arrays, block by block."""
     total = np.empty(reference.size, dtype=dtype)
     scratch = np.empty(min(_BLOCK, reference.size), dtype=dtype)
@@ -121,9 +132,13 @@ def _scale(scales: Mapping[ClientId, float], client_id: ClientId) -> float:
     return float(scale)
 
 
-def apply_aggregator(global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-                     num_examples: Mapping[ClientId, float], aggregator: Aggregator,
-                     scales: Mapping[ClientId, float] | None = None) -> dict[str, np.ndarray]:
+def apply_aggregator(
+    global_params: ParamDict,
+    client_params: Mapping[ClientId, ParamDict],
+    num_examples: Mapping[ClientId, float],
+    aggregator: Aggregator,
+    scales: Mapping[ClientId, float] | None = None,
+) -> dict[str, np.ndarray]:
     """``w + aggregator(updates, num_examples)`` where ``updates[i] = c_i (w_i - w)``: compose another
     aggregator (``c_i`` from ``scales``, 1 where absent)."""
     updates: dict[ClientId, dict[str, np.ndarray]] = {}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ from ._settings import validate_settings
 from ._types import ClientId, check_client_id, id_sort_key
 
 _BANK_SETTINGS = ("ema", "max_clients", "random_state")
-_COMMIT_ROWS = 4096                 # rows per block of a commit's column writes (measured: 4x faster than whole columns)
+_COMMIT_ROWS = 4096  # rows per block of a commit's column writes (measured: 4x faster than whole columns)
 
 
 @dataclass
@@ -27,13 +27,13 @@ class Refresh:
 
     keys: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
-    slots: dict                     # id -> column, after the refresh
-    writes: dict                    # column -> new (D,) values
-    seen: set                       # ids offered, after the refresh (reservoir mode)
-    entropy: np.random.Generator | None = None   # the unseeded generator after its draws (reservoir, no seed)
-    n_columns: int = 0              # columns in use after the refresh
-    base: np.ndarray = field(default=None, repr=False)   # type: ignore[arg-type]  # (D, columns in use) before the refresh; stage() always sets it
-    dtype: np.dtype = np.dtype(np.float64)               # storage after the refresh (see HistoryBank)
+    slots: dict  # id -> column, after the refresh
+    writes: dict  # column -> new (D,) values
+    seen: set  # ids offered, after the refresh (reservoir mode)
+    entropy: np.random.Generator | None = None  # the unseeded generator after its draws (reservoir, no seed)
+    n_columns: int = 0  # columns in use after the refresh
+    base: np.ndarray = field(default=None, repr=False)  # type: ignore[arg-type]  # (D, columns in use) before the refresh; stage() always sets it
+    dtype: np.dtype = np.dtype(np.float64)  # storage after the refresh (see HistoryBank)
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -104,10 +104,10 @@ class HistoryBank:
         self.random_state = random_state
         self._keys: tuple[str, ...] | None = None
         self._shapes: tuple[tuple[int, ...], ...] | None = None
-        self._columns = np.empty((0, 0))            # (D, capacity)
-        self._slots: dict[ClientId, int] = {}       # id -> column
-        self._by_slot: list[ClientId] = []          # column -> id (reservoir evicts by column: O(1))
-        self._seen: set[ClientId] = set()           # distinct ids offered (reservoir mode only)
+        self._columns = np.empty((0, 0))  # (D, capacity)
+        self._slots: dict[ClientId, int] = {}  # id -> column
+        self._by_slot: list[ClientId] = []  # column -> id (reservoir evicts by column: O(1))
+        self._seen: set[ClientId] = set()  # distinct ids offered (reservoir mode only)
         self._entropy: np.random.Generator | None = None
 
     # ----------------------------------------------------------------------------------------- queries
@@ -168,32 +168,38 @@ class HistoryBank:
         rows = np.empty((len(items), sum(int(np.prod(shape)) for shape in shapes)))
         for row, (client_id, signature) in zip(rows, items):
             if set(signature) != set(keys):
-                raise ValueError(f"client {client_id!r}: signature keys {sorted(signature)} differ from "
-                                 f"the bank's {list(keys)}")
+                raise ValueError(
+                    f"client {client_id!r}: signature keys {sorted(signature)} differ from the bank's {list(keys)}"
+                )
             offset = 0
             for key, shape in zip(keys, shapes):
                 value = np.asarray(signature[key], dtype=np.float64)
                 if value.shape != shape:
-                    raise ValueError(f"client {client_id!r}: signature key {key!r} has shape {value.shape}, "
-                                     f"expected {shape}")
-                row[offset: offset + value.size] = value.ravel()
+                    raise ValueError(
+                        f"client {client_id!r}: signature key {key!r} has shape {value.shape}, expected {shape}"
+                    )
+                row[offset : offset + value.size] = value.ravel()
                 offset += value.size
         self.update_flat([client_id for client_id, _ in items], rows, keys, shapes)
 
-    def update_flat(self, client_ids: Sequence[ClientId], rows: np.ndarray,
-                    keys: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> None:
+    def update_flat(
+        self, client_ids: Sequence[ClientId], rows: np.ndarray, keys: Sequence[str], shapes: Sequence[tuple[int, ...]]
+    ) -> None:
         """Refresh from already-flattened signatures: ``rows`` is (N, D) in ``keys`` order."""
         self.commit(self.stage(client_ids, rows, keys, shapes))
 
-    def stage(self, client_ids: Sequence[ClientId], rows: np.ndarray,
-              keys: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Refresh:
+    def stage(
+        self, client_ids: Sequence[ClientId], rows: np.ndarray, keys: Sequence[str], shapes: Sequence[tuple[int, ...]]
+    ) -> Refresh:
         """Compute the refresh by ``rows`` ((N, D), ``keys`` order) without changing the bank."""
         settings = self._settings()
         keys, shapes = tuple(keys), tuple(tuple(int(n) for n in shape) for shape in shapes)
         width = sum(int(np.prod(shape)) for shape in shapes)
         if self._keys is not None and (keys, shapes) != (self._keys, self._shapes):
-            raise ValueError(f"signature layout {list(zip(keys, shapes))} differs from the bank's "
-                             f"{list(zip(self._keys, self._shapes or ()))}")
+            raise ValueError(
+                f"signature layout {list(zip(keys, shapes))} differs from the bank's "
+                f"{list(zip(self._keys, self._shapes or ()))}"
+            )
         rows = np.asarray(rows, dtype=np.float64)
         if rows.shape != (len(client_ids), width):
             raise ValueError(f"rows has shape {rows.shape}, expected {(len(client_ids), width)}")
@@ -202,8 +208,9 @@ class HistoryBank:
             raise ValueError("client ids must be distinct within one refresh")
         # the columns in use (a view): the array's spare capacity beyond them is uninitialised memory
         base = self._columns[:, : len(self._slots)] if self._keys is not None else np.empty((width, 0))
-        refresh = Refresh(keys, shapes, dict(self._slots), {}, set(self._seen),
-                          copy.deepcopy(self._entropy), len(self._slots), base)
+        refresh = Refresh(
+            keys, shapes, dict(self._slots), {}, set(self._seen), copy.deepcopy(self._entropy), len(self._slots), base
+        )
         by_slot = list(self._by_slot)
         ema, max_clients = settings["ema"], settings["max_clients"]
         for index in sorted(range(len(ids)), key=lambda i: id_sort_key(ids[i])):
@@ -221,8 +228,7 @@ class HistoryBank:
                 refresh.writes[slot] = rows[index].copy()
         refresh.n_columns = len(refresh.slots)
         exact = base.dtype == np.float32 or not base.shape[1]
-        refresh.dtype = np.dtype(np.float32 if exact and all(map(_is_float32, refresh.writes.values()))
-                                 else np.float64)
+        refresh.dtype = np.dtype(np.float32 if exact and all(map(_is_float32, refresh.writes.values())) else np.float64)
         return refresh
 
     def commit(self, refresh: Refresh) -> None:
@@ -239,11 +245,11 @@ class HistoryBank:
             self._columns = grown
         # Column writes by blocks of rows, so the cache lines of a row block take all its writes at once.
         for start in range(0, self._columns.shape[0], _COMMIT_ROWS):
-            block = self._columns[start:start + _COMMIT_ROWS]
+            block = self._columns[start : start + _COMMIT_ROWS]
             for slot, values in refresh.writes.items():
-                block[:, slot] = values[start:start + _COMMIT_ROWS]
+                block[:, slot] = values[start : start + _COMMIT_ROWS]
         self._slots = refresh.slots
-        by_slot: list[Any] = [None] * len(refresh.slots)        # every column is filled just below
+        by_slot: list[Any] = [None] * len(refresh.slots)  # every column is filled just below
         for client_id, slot in refresh.slots.items():
             by_slot[slot] = client_id
         self._by_slot = by_slot
@@ -254,13 +260,13 @@ class HistoryBank:
         """Column for a new id, or ``None`` when the reservoir declines it (O(1))."""
         if max_clients is not None:
             if client_id in refresh.seen:
-                return None                     # offered before and declined or evicted
+                return None  # offered before and declined or evicted
             refresh.seen.add(client_id)
             if len(refresh.slots) >= max_clients:
                 draw = self._draw(len(refresh.seen), refresh, random_state)
                 if draw >= max_clients:
                     return None
-                evicted = by_slot[draw]         # Algorithm R replaces the draw-th reservoir entry
+                evicted = by_slot[draw]  # Algorithm R replaces the draw-th reservoir entry
                 del refresh.slots[evicted]
                 refresh.slots[client_id] = draw
                 by_slot[draw] = client_id
@@ -287,7 +293,7 @@ class HistoryBank:
         out, offset = {}, 0
         for key, shape in zip(self._keys or (), self._shapes or ()):
             size = int(np.prod(shape))
-            out[key] = flat[offset: offset + size].reshape(shape).astype(np.float64)
+            out[key] = flat[offset : offset + size].reshape(shape).astype(np.float64)
             offset += size
         return out
 
@@ -299,7 +305,8 @@ class HistoryBank:
             **self._settings(),
             "keys": None if self._keys is None else list(self._keys),
             "shapes": None if self._shapes is None else [list(shape) for shape in self._shapes],
-            "ids": ids, "seen": sorted(self._seen, key=id_sort_key),
+            "ids": ids,
+            "seen": sorted(self._seen, key=id_sort_key),
         }
         return header, {"bank_columns": self._columns[:, : len(ids)].astype(np.float64)}
 
@@ -313,9 +320,13 @@ class HistoryBank:
             raise ValueError("bank ids must be a list")
         if keys is None:
             return {"bank_columns": ((0, 0), np.dtype(np.float64))} if not ids else _raise("ids without a layout")
-        if not (isinstance(keys, list) and isinstance(shapes, list) and len(keys) == len(shapes)
-                and all(isinstance(key, str) for key in keys)
-                and all(isinstance(shape, list) and all(_count_like(n) for n in shape) for shape in shapes)):
+        if not (
+            isinstance(keys, list)
+            and isinstance(shapes, list)
+            and len(keys) == len(shapes)
+            and all(isinstance(key, str) for key in keys)
+            and all(isinstance(shape, list) and all(_count_like(n) for n in shape) for shape in shapes)
+        ):
             raise ValueError("bank keys and shapes must be lists of equal length (str; lists of ints >= 0)")
         width = sum(int(np.prod(shape, dtype=object)) for shape in shapes)
         return {"bank_columns": ((width, len(ids)), np.dtype(np.float64))}
@@ -323,8 +334,7 @@ class HistoryBank:
     @classmethod
     def _from_state(cls, header: dict, arrays: dict[str, np.ndarray], source) -> HistoryBank:
         try:
-            settings = validate_settings("history-bank state",
-                                         {name: header[name] for name in _BANK_SETTINGS})
+            settings = validate_settings("history-bank state", {name: header[name] for name in _BANK_SETTINGS})
             bank = cls(**settings)
             ids = [check_client_id(client_id) for client_id in header["ids"]]
             columns = arrays["bank_columns"]
@@ -342,8 +352,9 @@ class HistoryBank:
             if not isinstance(header["seen"], list):
                 raise ValueError("seen must be a list")
             bank._seen = {check_client_id(client_id) for client_id in header["seen"]}
-            if settings["max_clients"] is not None and (len(ids) > settings["max_clients"]
-                                                        or not bank._seen >= set(ids)):
+            if settings["max_clients"] is not None and (
+                len(ids) > settings["max_clients"] or not bank._seen >= set(ids)
+            ):
                 raise ValueError("reservoir holds more ids than max_clients, or ids it never saw")
         except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise ValueError(f"{source}: invalid history-bank state ({error})") from error
@@ -361,8 +372,10 @@ class HistoryBank:
         return cls._from_state(header["bank"], arrays, path)
 
     def __repr__(self) -> str:
-        return (f"HistoryBank(clients={len(self)}, n_features={self.n_features}, ema={self.ema}, "
-                f"max_clients={self.max_clients})")
+        return (
+            f"HistoryBank(clients={len(self)}, n_features={self.n_features}, ema={self.ema}, "
+            f"max_clients={self.max_clients})"
+        )
 
 
 def _is_float32(values: np.ndarray) -> bool:

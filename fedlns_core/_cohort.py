@@ -46,8 +46,8 @@ cannot tell from honest ones (``alie``, ``backdoor``), as with every rule that r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.cluster.hierarchy import linkage
@@ -104,8 +104,8 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
     row_sums = cosines.sum(axis=1) - np.diag(cosines)
     off = cosines - np.diag(np.diag(cosines))
     members: list[np.ndarray] = [np.array([i]) for i in range(n)]
-    inner = [0.0] * n                       # sum of cosines between distinct members, per tree node
-    best = None                             # (coherence, members, within, across)
+    inner = [0.0] * n  # sum of cosines between distinct members, per tree node
+    best = None  # (coherence, members, within, across)
     for left, right, _, _ in tree:
         a, b = members[int(left)], members[int(right)]
         group = np.concatenate([a, b])
@@ -204,19 +204,30 @@ def _leading_vector(weights: np.ndarray) -> np.ndarray:
 class CohortOutcome:
     """What the cohort rule decided for the round's N clients (canonical order), and the staged graph."""
 
-    retained: np.ndarray                  # (N,) bool
-    reasons: tuple[str, ...]              # (N,) "" for a retained client
-    support: np.ndarray                   # (N,) mean cosine to the kept part's other clients (nan alone)
+    retained: np.ndarray  # (N,) bool
+    reasons: tuple[str, ...]  # (N,) "" for a retained client
+    support: np.ndarray  # (N,) mean cosine to the kept part's other clients (nan alone)
     parts: RoundParts | None
-    votes: tuple[int, int] | None         # the parts' votes (first, other) where the round split
+    votes: tuple[int, int] | None  # the parts' votes (first, other) where the round split
     graph: CohortGraph
     loud_threshold: float | None
 
 
-def cohort_rule(scores: np.ndarray, sketches: np.ndarray, ids: Sequence[ClientId], graph: CohortGraph,
-                stamps: np.ndarray, bank_scores: np.ndarray, *, recent: int, separation: float,
-                loud_separation: float, decay: float, dimension: int | None = None,
-                decide: bool = True) -> CohortOutcome:
+def cohort_rule(
+    scores: np.ndarray,
+    sketches: np.ndarray,
+    ids: Sequence[ClientId],
+    graph: CohortGraph,
+    stamps: np.ndarray,
+    bank_scores: np.ndarray,
+    *,
+    recent: int,
+    separation: float,
+    loud_separation: float,
+    decay: float,
+    dimension: int | None = None,
+    decide: bool = True,
+) -> CohortOutcome:
     """Decide a round by its parts and the cohort graph (``decide=False``: only stage the graph, keep everyone).
 
     Parameters
@@ -254,10 +265,12 @@ def cohort_rule(scores: np.ndarray, sketches: np.ndarray, ids: Sequence[ClientId
         if votes[lower] < 0:
             kept = ~members[lower]
             for i in np.flatnonzero(members[lower]).tolist():
-                reasons[i] = (f"in the part of the round apart from the rest (mean cosine {cut.across:.3g} "
-                              f"across, {cut.within:.3g} within) whose clients' history places them outside "
-                              f"the population's majority cohort (vote {votes[lower]:+d} of "
-                              f"{int(members[lower].sum())})")
+                reasons[i] = (
+                    f"in the part of the round apart from the rest (mean cosine {cut.across:.3g} "
+                    f"across, {cut.within:.3g} within) whose clients' history places them outside "
+                    f"the population's majority cohort (vote {votes[lower]:+d} of "
+                    f"{int(members[lower].sum())})"
+                )
     support = np.full(n, np.nan)
     for i in range(n):
         others = kept.copy()

@@ -21,9 +21,11 @@ def main(argv: list[str] | None = None) -> int:
 
     federation = SyntheticFederation(args.clients, args.malicious, n_layers=4, width=64, seed=args.seed)
     screener = FedLNS(activation_threshold=args.clients // 2, random_state=args.seed)
-    print(f"{args.clients} clients, {len(federation.malicious)} malicious, {args.participation:.0%} per round; "
-          f"signature D={federation.dimension}; screening starts at {screener.activation_threshold} "
-          "clients in the bank\n")
+    print(
+        f"{args.clients} clients, {len(federation.malicious)} malicious, {args.participation:.0%} per round; "
+        f"signature D={federation.dimension}; screening starts at {screener.activation_threshold} "
+        "clients in the bank\n"
+    )
     caught = missed = wrongly = 0
     for round_index in range(args.rounds):
         models, counts = federation.sample_round(round_index, args.participation)
@@ -37,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
             missed += len(attackers - rejected)
             wrongly += len(rejected - attackers)
             print(f"  truth: attackers {sorted(attackers) or '-'}")
-    print(f"\nactive rounds: {caught} attacker updates rejected, {missed} let through, "
-          f"{wrongly} benign updates rejected")
+    print(
+        f"\nactive rounds: {caught} attacker updates rejected, {missed} let through, {wrongly} benign updates rejected"
+    )
     return 0
 
 

@@ -34,9 +34,9 @@ from scipy.special import logsumexp
 
 from ._robust import _PARALLEL_ELEMENTS
 
-_EPS = 10 * np.finfo(np.float64).eps        # added to component weights, as scikit-learn does
+_EPS = 10 * np.finfo(np.float64).eps  # added to component weights, as scikit-learn does
 _KMEANS_MAX_ITER = 300
-_PARALLEL_LANES = 2                         # threads of the M/E pass on large features (numpy releases the GIL)
+_PARALLEL_LANES = 2  # threads of the M/E pass on large features (numpy releases the GIL)
 
 
 class DiagonalMixture:
@@ -47,8 +47,15 @@ class DiagonalMixture:
     to, ``labels_`` (``predict``) and ``bic_`` (``bic``), computed once by :func:`fit_diagonal_mixture`.
     """
 
-    def __init__(self, weights: np.ndarray, means: np.ndarray, covariances: np.ndarray,
-                 lower_bound: float, n_iter: int, converged: bool):
+    def __init__(
+        self,
+        weights: np.ndarray,
+        means: np.ndarray,
+        covariances: np.ndarray,
+        lower_bound: float,
+        n_iter: int,
+        converged: bool,
+    ):
         self.weights_ = weights
         self.means_ = means
         self.covariances_ = covariances
@@ -103,11 +110,11 @@ class DiagonalMixture:
 
 def _gram_distances(gram: np.ndarray, labels: np.ndarray, n_components: int) -> np.ndarray:
     """Squared distances (N, k) from every point to the mean of each labelled group, from the Gram matrix."""
-    onehot = np.eye(n_components)[labels]                       # (N, k)
-    counts = onehot.sum(axis=0)                                 # (k,)
+    onehot = np.eye(n_components)[labels]  # (N, k)
+    counts = onehot.sum(axis=0)  # (k,)
     safe = np.maximum(counts, 1.0)
-    cross = gram @ onehot                                       # (N, k): sum_j in k of G_ij
-    within = np.einsum("ik,ik->k", onehot, cross)               # (k,): sum_jl in k of G_jl
+    cross = gram @ onehot  # (N, k): sum_j in k of G_ij
+    within = np.einsum("ik,ik->k", onehot, cross)  # (k,): sum_jl in k of G_jl
     distances = np.diag(gram)[:, None] - 2.0 * cross / safe + within / safe**2
     distances[:, counts == 0] = np.inf
     return distances
@@ -122,20 +129,19 @@ def _kmeans_plus_plus(distances: np.ndarray, n_components: int, rng: np.random.G
     trials = 2 + int(np.log(n_components))
     for _ in range(1, n_components):
         potential = closest.sum()
-        if potential <= 0:                                      # every point sits on a centre
+        if potential <= 0:  # every point sits on a centre
             centres.append(int(rng.integers(n_rows)))
             continue
         draws = rng.uniform(size=trials) * potential
         candidates = np.minimum(np.searchsorted(np.cumsum(closest), draws), n_rows - 1)
-        candidate_closest = np.minimum(closest, distances[candidates])          # (trials, N)
+        candidate_closest = np.minimum(closest, distances[candidates])  # (trials, N)
         best = int(np.argmin(candidate_closest.sum(axis=1)))
         centres.append(int(candidates[best]))
         closest = candidate_closest[best]
     return centres
 
 
-def _kmeans_labels(gram: np.ndarray, distances: np.ndarray, n_components: int,
-                   rng: np.random.Generator) -> np.ndarray:
+def _kmeans_labels(gram: np.ndarray, distances: np.ndarray, n_components: int, rng: np.random.Generator) -> np.ndarray:
     """Lloyd's k-means from k-means++ seeds, entirely in the Gram space; labels (N,)."""
     centres = _kmeans_plus_plus(distances, n_components, rng)
     labels = np.argmin(distances[:, centres], axis=1)
@@ -143,7 +149,7 @@ def _kmeans_labels(gram: np.ndarray, distances: np.ndarray, n_components: int,
         to_groups = _gram_distances(gram, labels, n_components)
         empty = np.flatnonzero(np.bincount(labels, minlength=n_components) == 0)
         new = np.argmin(to_groups, axis=1)
-        for group in empty:                                     # give an empty group the worst-fitted point
+        for group in empty:  # give an empty group the worst-fitted point
             worst = int(np.argmax(np.min(to_groups, axis=1)))
             new[worst] = group
             to_groups[worst] = -np.inf
@@ -161,7 +167,7 @@ def _canonical(labels: np.ndarray) -> tuple[int, ...]:
 
 def _block_columns(n_rows: int) -> int:
     """Coordinates per block, so that a block of the (N, D) features (and its residuals) stays in cache."""
-    return max(256, (1 << 17) // max(n_rows, 1))        # 1 MiB of float64: measured best of 2**14-2**19
+    return max(256, (1 << 17) // max(n_rows, 1))  # 1 MiB of float64: measured best of 2**14-2**19
 
 
 class _Lane:
@@ -222,8 +228,14 @@ class _Workspace:
         self._spare.append(pair)
 
 
-def _m_then_e(features: np.ndarray, resp: np.ndarray, reg_covar: float, work: _Workspace,
-              means: np.ndarray, covariances: np.ndarray):
+def _m_then_e(
+    features: np.ndarray,
+    resp: np.ndarray,
+    reg_covar: float,
+    work: _Workspace,
+    means: np.ndarray,
+    covariances: np.ndarray,
+):
     """An M-step from responsibilities (N, k), written into ``means`` and ``covariances`` (k, D), then the
     E-step's weighted log-probabilities (N, k) under those parameters, in one pass over the features, block
     of coordinates by block (each lane of ``work`` over its own range of blocks).
@@ -234,25 +246,25 @@ def _m_then_e(features: np.ndarray, resp: np.ndarray, reg_covar: float, work: _W
     """
     n_rows, n_features = features.shape
     n_components = resp.shape[1]
-    counts = resp.sum(axis=0) + _EPS                                            # (k,), as scikit-learn
+    counts = resp.sum(axis=0) + _EPS  # (k,), as scikit-learn
 
     def task(lane: _Lane, first: int, stop: int) -> None:
         lane.mahalanobis[...] = 0.0
         for start in range(first, stop, work.step):
             width = min(work.step, stop - start)
-            block = features[:, start:start + width]
+            block = features[:, start : start + width]
             squared, mu = lane.residuals[:, :width], lane.block_means[:, :width]
             variance, precision = lane.variance[:width], lane.precision[:width]
             np.matmul(resp.T, block, out=mu)
             mu /= counts[:, None]
-            means[:, start:start + width] = mu
+            means[:, start : start + width] = mu
             for k in range(n_components):
                 np.subtract(block, mu[k], out=squared)
                 np.square(squared, out=squared)
                 np.matmul(resp[:, k], squared, out=variance)
                 variance /= counts[k]
                 variance += reg_covar
-                covariances[k, start:start + width] = variance
+                covariances[k, start : start + width] = variance
                 np.divide(1.0, variance, out=precision)
                 np.matmul(squared, precision, out=lane.share)
                 lane.mahalanobis[:, k] += lane.share
@@ -261,7 +273,7 @@ def _m_then_e(features: np.ndarray, resp: np.ndarray, reg_covar: float, work: _W
     mahalanobis = work.lanes[0].mahalanobis.copy()
     for lane in work.lanes[1:]:
         mahalanobis += lane.mahalanobis
-    log_det = np.sum(np.log(covariances), axis=1)                               # (k,)
+    log_det = np.sum(np.log(covariances), axis=1)  # (k,)
     weights = counts / n_rows
     weighted = -0.5 * (n_features * np.log(2 * np.pi) + log_det + mahalanobis) + np.log(weights)
     return weights, weighted
@@ -272,14 +284,23 @@ def _weighted_log_prob(features: np.ndarray, squares: np.ndarray, weights, means
     the ones the parameters were fitted to (``predict`` of new data): the Mahalanobis terms expanded into three
     matrix products, as scikit-learn computes them (``squares`` is ``features**2``)."""
     precisions = 1.0 / covariances
-    mahalanobis = (squares @ precisions.T - 2.0 * features @ (means * precisions).T
-                   + np.sum(means**2 * precisions, axis=1))
-    return (-0.5 * (features.shape[1] * np.log(2 * np.pi) + np.sum(np.log(covariances), axis=1) + mahalanobis)
-            + np.log(weights))
+    mahalanobis = (
+        squares @ precisions.T - 2.0 * features @ (means * precisions).T + np.sum(means**2 * precisions, axis=1)
+    )
+    return -0.5 * (features.shape[1] * np.log(2 * np.pi) + np.sum(np.log(covariances), axis=1) + mahalanobis) + np.log(
+        weights
+    )
 
 
-def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float, max_iter: int,
-        tol: float, work: _Workspace | None = None) -> DiagonalMixture:
+def _em(
+    features: np.ndarray,
+    responsibilities: np.ndarray,
+    *,
+    reg_covar: float,
+    max_iter: int,
+    tol: float,
+    work: _Workspace | None = None,
+) -> DiagonalMixture:
     """EM from initial responsibilities, in scikit-learn's order: M-step, then (E-step, M-step) until the
     mean log-likelihood of an E-step moves less than ``tol``; the returned parameters are those of the last
     M-step, and the E-step under them gives the labels and BIC of the fitted rows.
@@ -300,7 +321,7 @@ def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float,
         norm = logsumexp(weighted, axis=1)
         lower_bound = float(np.mean(norm))
         new_resp = np.exp(weighted - norm[:, None])
-        unchanged = np.array_equal(new_resp, resp)      # then the M-step would return `params` again
+        unchanged = np.array_equal(new_resp, resp)  # then the M-step would return `params` again
         if abs(lower_bound - previous) < tol:
             converged = True
             if not unchanged:
@@ -317,9 +338,16 @@ def _em(features: np.ndarray, responsibilities: np.ndarray, *, reg_covar: float,
     return mixture
 
 
-def fit_diagonal_mixture(features: np.ndarray, n_components: int, *, reg_covar: float = 1e-6,
-                         n_init: int = 1, max_iter: int = 100, tol: float = 1e-3,
-                         random_state: int | None = None) -> DiagonalMixture:
+def fit_diagonal_mixture(
+    features: np.ndarray,
+    n_components: int,
+    *,
+    reg_covar: float = 1e-6,
+    n_init: int = 1,
+    max_iter: int = 100,
+    tol: float = 1e-3,
+    random_state: int | None = None,
+) -> DiagonalMixture:
     """Fit a diagonal Gaussian mixture with k-means initialisation, best of ``n_init`` starts.
 
     Parameters
@@ -348,28 +376,34 @@ def fit_diagonal_mixture(features: np.ndarray, n_components: int, *, reg_covar: 
     n_rows = features.shape[0]
     if not 1 <= n_components <= n_rows:
         raise ValueError(f"need 1 <= n_components <= N={n_rows}, got {n_components}")
-    if n_components == 1:                                   # every k-means start is the sample mean
+    if n_components == 1:  # every k-means start is the sample mean
         return _em(features, np.ones((n_rows, 1)), reg_covar=reg_covar, max_iter=max_iter, tol=tol)
     rng = np.random.default_rng(random_state)
-    gram = features @ features.T                                                # (N, N)
-    gram -= gram.mean(axis=0)                                                   # centred rows: distances
-    gram -= gram.mean(axis=1)[:, None]                                          # do not move
+    gram = features @ features.T  # (N, N)
+    gram -= gram.mean(axis=0)  # centred rows: distances
+    gram -= gram.mean(axis=1)[:, None]  # do not move
     norms = np.diag(gram)
-    distances = np.maximum(norms[:, None] + norms[None, :] - 2.0 * gram, 0.0)   # (N, N) squared
+    distances = np.maximum(norms[:, None] + norms[None, :] - 2.0 * gram, 0.0)  # (N, N) squared
     with _Workspace(n_rows, features.shape[1], n_components) as work:
         best, seen = None, set()
         for _ in range(n_init):
             key = _canonical(_kmeans_labels(gram, distances, n_components, rng))
-            if key in seen:              # EM from a partition already tried: the same fit, never strictly better
+            if key in seen:  # EM from a partition already tried: the same fit, never strictly better
                 continue
             seen.add(key)
-            fitted = _em(features, np.eye(n_components)[np.array(key)], reg_covar=reg_covar, max_iter=max_iter,
-                         tol=tol, work=work)
+            fitted = _em(
+                features,
+                np.eye(n_components)[np.array(key)],
+                reg_covar=reg_covar,
+                max_iter=max_iter,
+                tol=tol,
+                work=work,
+            )
             if best is None or fitted.lower_bound_ > best.lower_bound_:
                 if best is not None:
                     work.give_back((best.means_, best.covariances_))
                 best = fitted
             else:
                 work.give_back((fitted.means_, fitted.covariances_))
-    assert best is not None                 # n_init >= 1, and the first partition is never seen before
+    assert best is not None  # n_init >= 1, and the first partition is never seen before
     return best

@@ -7,9 +7,9 @@ import json
 import os
 import tempfile
 import zipfile
-from typing import Any
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +28,7 @@ def write_state(path, kind: str, header: dict, arrays: dict[str, np.ndarray]) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"format": "fedlns-core", "kind": kind, "version": 1, **header}, allow_nan=False)
-    payload: dict[str, Any] = {_HEADER: np.array(text)}     # Any: savez(**payload) takes no allow_pickle key
+    payload: dict[str, Any] = {_HEADER: np.array(text)}  # Any: savez(**payload) takes no allow_pickle key
     for name, array in arrays.items():
         if name == _HEADER:
             raise ValueError(f"array name {_HEADER!r} is reserved")
@@ -82,17 +82,33 @@ def read_state(path, kind: str, expected_arrays: ExpectedArrays) -> tuple[dict, 
             expected = dict(expected_arrays(header))
             unexpected = sorted(set(members) - {f"{name}.npy" for name in expected} - {f"{_HEADER}.npy"})
             if unexpected:
-                raise ValueError(f"unexpected member{'s' if len(unexpected) > 1 else ''} "
-                                 f"{', '.join(repr(name) for name in unexpected[:3])}")
+                raise ValueError(
+                    f"unexpected member{'s' if len(unexpected) > 1 else ''} "
+                    f"{', '.join(repr(name) for name in unexpected[:3])}"
+                )
             arrays = {name: _read_member(archive, members, name, size, spec) for name, spec in expected.items()}
     except FileNotFoundError:
         raise
     except _NotOurs as error:
         raise ValueError(f"{path}: {error}") from None
-    except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError, TypeError, OverflowError,
-            RecursionError, MemoryError, IndexError, AttributeError, UnicodeError, SyntaxError) as error:
-        raise ValueError(f"{path}: corrupt or unreadable fedlns-core state file "
-                         f"({type(error).__name__}: {str(error)[:200]})") from None
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        KeyError,
+        ValueError,
+        TypeError,
+        OverflowError,
+        RecursionError,
+        MemoryError,
+        IndexError,
+        AttributeError,
+        UnicodeError,
+        SyntaxError,
+    ) as error:
+        raise ValueError(
+            f"{path}: corrupt or unreadable fedlns-core state file ({type(error).__name__}: {str(error)[:200]})"
+        ) from None
     return header, arrays
 
 
@@ -112,13 +128,14 @@ def _read_member(archive: zipfile.ZipFile, members: dict, name: str, size: int, 
         version = np.lib.format.read_magic(stream)
         if version not in _NPY_HEADER_READERS:
             raise ValueError(f"array {name!r} has unsupported .npy version {version}")
-        shape, fortran, dtype = _NPY_HEADER_READERS[version](stream)    # reads the header only
+        shape, fortran, dtype = _NPY_HEADER_READERS[version](stream)  # reads the header only
         if name == _HEADER:
             if dtype.kind != "U" or shape != ():
                 raise ValueError("header is not a text scalar")
         elif (tuple(shape), dtype) != (tuple(spec[0]), np.dtype(spec[1])):
-            raise ValueError(f"array {name!r} has shape {shape} and dtype {dtype}, expected "
-                             f"{tuple(spec[0])} and {np.dtype(spec[1])}")
+            raise ValueError(
+                f"array {name!r} has shape {shape} and dtype {dtype}, expected {tuple(spec[0])} and {np.dtype(spec[1])}"
+            )
         count = int(np.prod(shape, dtype=object))
         if count * dtype.itemsize > info.file_size:
             raise ValueError(f"array {name!r} is truncated")

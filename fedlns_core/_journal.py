@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 from ._screening import FedLNS
 
@@ -38,8 +38,9 @@ class ScreeningJournal:
     (1, 5)
     """
 
-    def __init__(self, *, state_path: str | os.PathLike | None = None,
-                 log_path: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self, *, state_path: str | os.PathLike | None = None, log_path: str | os.PathLike | None = None
+    ) -> None:
         self.state_path = _checked_path("state_path", state_path)
         self.log_path = _checked_path("log_path", log_path)
 
@@ -53,7 +54,7 @@ class ScreeningJournal:
 
     def record(self, screener: FedLNS | None, entry: Mapping[str, Any]) -> None:
         """Save ``screener`` (when given and ``state_path`` is set) and append ``entry`` as a JSON line."""
-        line = json.dumps(entry, ensure_ascii=True, allow_nan=False) + "\n"   # fails before any write
+        line = json.dumps(entry, ensure_ascii=True, allow_nan=False) + "\n"  # fails before any write
         if screener is not None and self.state_path is not None:
             screener.save(self.state_path)
         if self.log_path is not None:

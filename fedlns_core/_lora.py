@@ -74,7 +74,7 @@ def lora_entries(pairs: Iterable[tuple[str, str]], params: Mapping[str, np.ndarr
         entries.append((a + COLUMN_NORMS, a, "columns", int(np.shape(params[a])[1])))
         entries.append((b + ROW_NORMS, b, "rows", d_out))
         found = _LORA_A.match(a)
-        assert found is not None            # pairs holds only names _LORA_A matched
+        assert found is not None  # pairs holds only names _LORA_A matched
         module, adapter = found["module"], found["adapter"] or ""
         for magnitude in (f"{module}.{MAGNITUDE}{adapter}.weight", f"{module}.{MAGNITUDE}"):
             if magnitude in params and np.shape(params[magnitude]) == (d_out,):

@@ -34,16 +34,23 @@ def _single_threaded():
 class MixtureDecision:
     """Outcome of :func:`bic_gmm_retain` for N clients."""
 
-    n_components: int                      # c-hat (eq. choose_c), or 2 when forced
-    bic: dict[int, float]                  # BIC(c) for each fitted c (eq. bic)
-    labels: np.ndarray                     # (N,) 0 = retained component, 1 = the other
-    cluster_scores: tuple[float, float] | None   # (rho_retained, rho_other) (eq. cluster_score)
-    fallback: bool                         # True when the safety fallback chose argmin delta
+    n_components: int  # c-hat (eq. choose_c), or 2 when forced
+    bic: dict[int, float]  # BIC(c) for each fitted c (eq. bic)
+    labels: np.ndarray  # (N,) 0 = retained component, 1 = the other
+    cluster_scores: tuple[float, float] | None  # (rho_retained, rho_other) (eq. cluster_score)
+    fallback: bool  # True when the safety fallback chose argmin delta
 
 
-def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_init: int,
-                max_iter: int, random_state: int | None,
-                solver: str = "fast") -> GaussianMixture | DiagonalMixture:
+def fit_mixture(
+    features: np.ndarray,
+    n_components: int,
+    *,
+    reg_covar: float,
+    n_init: int,
+    max_iter: int,
+    random_state: int | None,
+    solver: str = "fast",
+) -> GaussianMixture | DiagonalMixture:
     """Diagonal GMM with k-means initialisation (eqs. ``gmm_density``, ``mle``) by one of :data:`SOLVERS`.
 
     Both solvers fit the same model by the same steps (k-means++ seeded Lloyd, EM, tolerance 1e-3, best
@@ -52,13 +59,20 @@ def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_
     """
     if solver == "fast":
         with _single_threaded():
-            return fit_diagonal_mixture(features, n_components, reg_covar=reg_covar, n_init=n_init,
-                                        max_iter=max_iter, random_state=random_state)
+            return fit_diagonal_mixture(
+                features, n_components, reg_covar=reg_covar, n_init=n_init, max_iter=max_iter, random_state=random_state
+            )
     if solver != "sklearn":
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    mixture = GaussianMixture(n_components=n_components, covariance_type="diag", reg_covar=reg_covar,
-                              n_init=n_init, max_iter=max_iter, init_params="kmeans",
-                              random_state=random_state)
+    mixture = GaussianMixture(
+        n_components=n_components,
+        covariance_type="diag",
+        reg_covar=reg_covar,
+        n_init=n_init,
+        max_iter=max_iter,
+        init_params="kmeans",
+        random_state=random_state,
+    )
     with warnings.catch_warnings(), _single_threaded():
         # Duplicate feature rows make k-means warn about fewer distinct clusters; the BIC then decides.
         warnings.filterwarnings("ignore", message="Number of distinct clusters", category=ConvergenceWarning)
@@ -67,14 +81,22 @@ def fit_mixture(features: np.ndarray, n_components: int, *, reg_covar: float, n_
 
 
 def _training_bic(mixture, features: np.ndarray) -> float:
-    if isinstance(mixture, DiagonalMixture) and mixture.bic_ is not None:     # computed by the fit
+    if isinstance(mixture, DiagonalMixture) and mixture.bic_ is not None:  # computed by the fit
         return mixture.bic_
     return float(mixture.bic(features))
 
 
-def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str = "bic",
-                   reg_covar: float = 1e-4, n_init: int = 5, max_iter: int = 200,
-                   random_state: int | None = None, solver: str = "fast") -> MixtureDecision:
+def bic_gmm_retain(
+    features: np.ndarray,
+    scores: np.ndarray,
+    *,
+    components: str = "bic",
+    reg_covar: float = 1e-4,
+    n_init: int = 5,
+    max_iter: int = 200,
+    random_state: int | None = None,
+    solver: str = "fast",
+) -> MixtureDecision:
     """Choose one or two diagonal Gaussian components by BIC and keep the low-deviation group.
 
     Parameters
@@ -113,7 +135,7 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
         raise ValueError("bic_gmm_retain needs at least one client")
     if not np.isfinite(features).all() or not np.isfinite(scores).all():
         raise ValueError("bic_gmm_retain needs finite features and scores")
-    if n_clients == 1:                      # scikit-learn fits nothing to one sample: keep the client
+    if n_clients == 1:  # scikit-learn fits nothing to one sample: keep the client
         return MixtureDecision(1, {}, np.zeros(1, dtype=int), None, False)
     all_identical = bool((features == features[0]).all())
     fit: dict[str, Any] = dict(reg_covar=reg_covar, max_iter=max_iter, random_state=random_state, solver=solver)
@@ -132,13 +154,14 @@ def bic_gmm_retain(features: np.ndarray, scores: np.ndarray, *, components: str 
     if components == "bic" and bic[1] <= bic[2]:
         return MixtureDecision(1, bic, np.zeros(n_clients, dtype=int), None, False)
 
-    component = two.labels_ if isinstance(two, DiagonalMixture) else two.predict(features)     # eq. label
-    rho = [float(np.median(scores[component == k])) if np.any(component == k) else np.inf
-           for k in (0, 1)]                                  # eq. cluster_score
-    keep = int(np.argmin(rho))                               # eq. keep_cluster (ties: first)
+    component = two.labels_ if isinstance(two, DiagonalMixture) else two.predict(features)  # eq. label
+    rho = [
+        float(np.median(scores[component == k])) if np.any(component == k) else np.inf for k in (0, 1)
+    ]  # eq. cluster_score
+    keep = int(np.argmin(rho))  # eq. keep_cluster (ties: first)
     labels = np.where(component == keep, 0, 1)
     fallback = not np.any(labels == 0)
-    if fallback:                                             # safety fallback: keep argmin delta
+    if fallback:  # safety fallback: keep argmin delta
         labels = np.ones(n_clients, dtype=int)
         labels[int(np.argmin(scores))] = 0
     return MixtureDecision(2, bic, labels, (rho[keep], rho[1 - keep]), fallback)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
-from collections.abc import Sequence
 
 import numpy as np
 from scipy.stats import hypergeom
@@ -26,10 +26,10 @@ DEFAULT_COVERAGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 class CoverageRow(NamedTuple):
     """One line of :meth:`ActivationPlan.table`."""
 
-    coverage: float                 # rho, the bank size as a fraction of K
-    bank_size: int                  # ceil(rho * K)
-    risk: float                     # Pr(malicious-majority bank) at exactly this size
-    expected_rounds: int | None     # rounds until the expected bank reaches this size; None: never
+    coverage: float  # rho, the bank size as a fraction of K
+    bank_size: int  # ceil(rho * K)
+    risk: float  # Pr(malicious-majority bank) at exactly this size
+    expected_rounds: int | None  # rounds until the expected bank reaches this size; None: never
 
 
 @dataclass(frozen=True)
@@ -103,26 +103,28 @@ class ActivationPlan:
             if not (isinstance(coverage, numbers.Real) and 0 < coverage <= 1):
                 raise ValueError(f"each coverage must be in (0, 1], got {coverage!r}")
             bank_size = max(1, math.ceil(coverage * self.num_clients - _ROUNDING))
-            rows.append(CoverageRow(float(coverage), bank_size, self.risk_at(bank_size),
-                                    self.rounds_to(bank_size)))
+            rows.append(CoverageRow(float(coverage), bank_size, self.risk_at(bank_size), self.rounds_to(bank_size)))
         return rows
 
     def describe(self) -> str:
         """The plan in a few lines of text."""
         rounds = "never (in expectation)" if self.expected_rounds is None else str(self.expected_rounds)
-        return "\n".join([
-            f"K={self.num_clients} clients, {self.participation:g} of them per round "
-            f"({self.participation * self.num_clients:g}), at most {self.malicious_fraction:g} malicious "
-            f"({self.n_malicious} ids); accepted risk {self.max_risk:g}",
-            f"activation_threshold = {self.threshold} ({self.coverage:.0%} coverage): "
-            f"P(malicious-majority bank) = {self.risk:.3g} there, <= {self.max_risk:g} at every larger size",
-            f"expected rounds to reach it: {rounds}",
-            f"paper's guidelines: KL {self.threshold_kl}, simple {self.threshold_simple}",
-        ])
+        return "\n".join(
+            [
+                f"K={self.num_clients} clients, {self.participation:g} of them per round "
+                f"({self.participation * self.num_clients:g}), at most {self.malicious_fraction:g} malicious "
+                f"({self.n_malicious} ids); accepted risk {self.max_risk:g}",
+                f"activation_threshold = {self.threshold} ({self.coverage:.0%} coverage): "
+                f"P(malicious-majority bank) = {self.risk:.3g} there, <= {self.max_risk:g} at every larger size",
+                f"expected rounds to reach it: {rounds}",
+                f"paper's guidelines: KL {self.threshold_kl}, simple {self.threshold_simple}",
+            ]
+        )
 
 
-def plan_activation(num_clients: int, malicious_fraction: float, participation: float,
-                    max_risk: float = 0.01) -> ActivationPlan:
+def plan_activation(
+    num_clients: int, malicious_fraction: float, participation: float, max_risk: float = 0.01
+) -> ActivationPlan:
     """Plan the activation threshold from the paper's hypergeometric model (``app:min_bank_probability``).
 
     Parameters
@@ -183,8 +185,10 @@ def plan_activation(num_clients: int, malicious_fraction: float, participation: 
     _check_fraction("participation", participation)
     _check_fraction("max_risk", max_risk)
     if malicious_fraction < 0 or malicious_fraction >= 0.5:
-        raise ValueError(f"malicious_fraction must be in [0, 0.5), got {malicious_fraction!r}: at half or more "
-                         "the bank median can be taken over and no activation threshold is safe")
+        raise ValueError(
+            f"malicious_fraction must be in [0, 0.5), got {malicious_fraction!r}: at half or more "
+            "the bank median can be taken over and no activation threshold is safe"
+        )
     if not 0 < participation <= 1:
         raise ValueError(f"participation must be in (0, 1] (clients per round / num_clients), got {participation!r}")
     if not 0 < max_risk < 1:
@@ -196,7 +200,8 @@ def plan_activation(num_clients: int, malicious_fraction: float, participation: 
             f"no bank size meets max_risk={max_risk:g}: with {num_clients} clients, ceil({malicious_fraction:g} * "
             f"{num_clients}) = {n_malicious} malicious ids are at least half of the population, so even the "
             f"full bank has a malicious half; lower malicious_fraction to at most "
-            f"{_largest_safe_fraction(num_clients):.4g} or plan for more clients")
+            f"{_largest_safe_fraction(num_clients):.4g} or plan for more clients"
+        )
 
     # Sizes above `cutoff` meet max_risk for sure (Chernoff bound, or no malicious half possible).
     fraction = n_malicious / num_clients
@@ -211,16 +216,23 @@ def plan_activation(num_clients: int, malicious_fraction: float, participation: 
     threshold_kl = 0 if kl == math.inf else math.ceil(math.log(1 / max_risk) / kl)
     threshold_simple = math.ceil(math.log(1 / max_risk) / (2 * (0.5 - malicious_fraction) ** 2))
     return ActivationPlan(
-        num_clients=int(num_clients), malicious_fraction=float(malicious_fraction),
-        participation=float(participation), max_risk=float(max_risk), n_malicious=n_malicious,
-        threshold=threshold, risk=float(_majority_risk(num_clients, n_malicious, np.array([threshold]))[0]),
-        coverage=threshold / num_clients, threshold_kl=threshold_kl, threshold_simple=threshold_simple,
-        expected_rounds=_rounds_to_reach(threshold / num_clients, participation))
+        num_clients=int(num_clients),
+        malicious_fraction=float(malicious_fraction),
+        participation=float(participation),
+        max_risk=float(max_risk),
+        n_malicious=n_malicious,
+        threshold=threshold,
+        risk=float(_majority_risk(num_clients, n_malicious, np.array([threshold]))[0]),
+        coverage=threshold / num_clients,
+        threshold_kl=threshold_kl,
+        threshold_simple=threshold_simple,
+        expected_rounds=_rounds_to_reach(threshold / num_clients, participation),
+    )
 
 
 def _majority_risk(num_clients: int, n_malicious: int, bank_sizes: np.ndarray) -> np.ndarray:
     """Pr(M >= b/2) for M ~ Hypergeometric(K, n_malicious, b), per bank size b (eqs. bad_bank_event, hypergeom_pmf)."""
-    at_least = (bank_sizes + 1) // 2                    # M >= b/2  <=>  M >= ceil(b/2)
+    at_least = (bank_sizes + 1) // 2  # M >= b/2  <=>  M >= ceil(b/2)
     return np.clip(hypergeom.sf(at_least - 1, num_clients, n_malicious, bank_sizes), 0.0, 1.0)
 
 

@@ -20,8 +20,8 @@ import numpy as np
 MAX_DEVIATION = float(2**26)
 
 
-_BLOCK_ROWS = 4096                 # rows per block: a sorted block of 200 float64 columns (6.5 MB) stays in cache
-_PARALLEL_ELEMENTS = 1 << 20        # below this many values one thread is faster than two
+_BLOCK_ROWS = 4096  # rows per block: a sorted block of 200 float64 columns (6.5 MB) stays in cache
+_PARALLEL_ELEMENTS = 1 << 20  # below this many values one thread is faster than two
 
 
 def _median_of_sorted(sorted_rows: np.ndarray) -> np.ndarray:
@@ -44,9 +44,9 @@ def _kth_deviations(flat: np.ndarray, n: int, median: np.ndarray, k: int) -> tup
     values, and the (k+1)-th the smaller of their next ones.
     """
     p = n // 2
-    a, b = p, n - p                                    # lengths of the left and right runs
+    a, b = p, n - p  # lengths of the left and right runs
     base = np.arange(median.shape[0]) * n
-    left, right = base + (p - 1), base + p             # flat index of left[0] and right[0] per row
+    left, right = base + (p - 1), base + p  # flat index of left[0] and right[0] per row
 
     def left_run(i):
         return median - flat[left - i]
@@ -54,13 +54,13 @@ def _kth_deviations(flat: np.ndarray, n: int, median: np.ndarray, k: int) -> tup
     def right_run(j):
         return flat[right + j] - median
 
-    lo = np.full(median.shape, max(0, k + 1 - b))      # taken from the left run: in [lo, hi]
+    lo = np.full(median.shape, max(0, k + 1 - b))  # taken from the left run: in [lo, hi]
     hi = np.full(median.shape, min(k + 1, a))
     while True:
         open_ = lo < hi
         if not open_.any():
             break
-        i = (lo + hi) >> 1                             # i < a and j = k + 1 - i >= 1 while lo < hi
+        i = (lo + hi) >> 1  # i < a and j = k + 1 - i >= 1 while lo < hi
         j = k + 1 - i
         too_few_left = right_run(np.minimum(j - 1, b - 1)) > left_run(np.minimum(i, a - 1))
         lo = np.where(open_ & too_few_left, i + 1, lo)
@@ -87,8 +87,9 @@ def _median_mad_block(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return median, mad
 
 
-def median_mad_blocks(read_block, n_rows: int, n_columns: int, mad_floor: float = 0.0,
-                      dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+def median_mad_blocks(
+    read_block, n_rows: int, n_columns: int, mad_floor: float = 0.0, dtype=np.float64
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`median_mad` of a (D, n) array given by blocks of rows: ``read_block(rows, out)`` writes rows
     ``rows`` (a slice) into ``out`` (a (rows, n) array of ``dtype``, float32 or float64, that is then sorted in
     place; float32 only for values that are exactly float32, as results are computed in float64). Blocks run on
@@ -105,8 +106,11 @@ def median_mad_blocks(read_block, n_rows: int, n_columns: int, mad_floor: float 
         read_block(rows, block)
         median[rows], mad[rows] = _median_mad_block(block)
 
-    _run_blocks(work, [slice(start, min(start + _BLOCK_ROWS, n_rows)) for start in range(0, n_rows, _BLOCK_ROWS)],
-                n_rows * n_columns)
+    _run_blocks(
+        work,
+        [slice(start, min(start + _BLOCK_ROWS, n_rows)) for start in range(0, n_rows, _BLOCK_ROWS)],
+        n_rows * n_columns,
+    )
     np.maximum(mad, mad_floor, out=mad)
     return median, mad
 
@@ -153,6 +157,7 @@ def median_mad(columns: np.ndarray, mad_floor: float = 0.0) -> tuple[np.ndarray,
     """
     if columns.ndim != 2 or columns.shape[1] == 0:
         raise ValueError(f"median_mad needs a (D, n) array with n >= 1, got shape {columns.shape}")
+
     def read_block(rows, out):
         out[...] = columns[rows]
 
@@ -167,7 +172,7 @@ def standardize(signatures: np.ndarray, median: np.ndarray, mad: np.ndarray) -> 
     """
     with np.errstate(over="ignore", invalid="ignore"):
         features = np.subtract(signatures, median, dtype=np.float64)
-        features /= mad                  # in place: one (N, D) array, not two
+        features /= mad  # in place: one (N, D) array, not two
         return features
 
 
@@ -175,7 +180,7 @@ def largest_deviations(features: np.ndarray) -> np.ndarray:
     """``max_r |z_i[r]|`` per client, NaN as ``inf``; (N, D) -> (N,). Compare with :data:`MAX_DEVIATION`."""
     if features.shape[1] == 0:
         return np.zeros(features.shape[0])
-    largest = np.maximum(features.max(axis=1), -features.min(axis=1))     # no (N, D) |z| array
+    largest = np.maximum(features.max(axis=1), -features.min(axis=1))  # no (N, D) |z| array
     return np.where(np.isnan(largest), np.inf, largest)
 
 
@@ -199,7 +204,7 @@ def deviation_scores(features: np.ndarray) -> np.ndarray:
             magnitudes = buffers.row = np.empty(n_features)
         for row in range(rows.start, rows.stop):
             np.abs(features[row], out=magnitudes)
-            magnitudes.partition(kth)                   # NaNs sort last: after the middle, if any
+            magnitudes.partition(kth)  # NaNs sort last: after the middle, if any
             if np.isnan(magnitudes[middle:]).any():
                 scores[row] = np.nan
             elif n_features % 2:

@@ -10,8 +10,8 @@ before screening), and returns which rows to keep and why the others go.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,11 +25,11 @@ _SPREAD_FLOOR = 1e-3
 class RuleOutcome:
     """Which of the round's N rows a rule keeps, and why each other row is rejected."""
 
-    retained: np.ndarray                     # (N,) bool
-    reasons: tuple[str, ...]                 # (N,) "" for a retained row
-    n_components: int                        # components of the mixture that decided (1 keeps all)
-    separation: float | None = None          # gap between the groups in benign spreads, when split
-    bic: dict | None = None                  # BIC(c) of the round's first mixture fit, when one was made
+    retained: np.ndarray  # (N,) bool
+    reasons: tuple[str, ...]  # (N,) "" for a retained row
+    n_components: int  # components of the mixture that decided (1 keeps all)
+    separation: float | None = None  # gap between the groups in benign spreads, when split
+    bic: dict | None = None  # BIC(c) of the round's first mixture fit, when one was made
 
     @property
     def rejected(self) -> np.ndarray:
@@ -56,7 +56,7 @@ def _two_groups(bank_scores: np.ndarray, *, random_state, reg_covar=1e-4, n_init
 def _bank_groups(bank_features: np.ndarray, *, random_state, **mixture):
     """The bank's scores ``delta`` (B, 1) and their 1-D mixtures: (scores, BIC(1), BIC(2), (mean, sd) of the
     lower of the two components), or None when the scores cannot be split (fewer than two, all equal)."""
-    bank_scores = deviation_scores(bank_features)[:, None]                 # (B, 1)
+    bank_scores = deviation_scores(bank_features)[:, None]  # (B, 1)
     if bank_scores.shape[0] < 2 or np.all(bank_scores == bank_scores[0]):
         return None
     bic_one, bic_two, two = _two_groups(bank_scores, random_state=random_state, **mixture)
@@ -89,7 +89,7 @@ def benign_reference(bank_features: np.ndarray, *, random_state: int | None = No
 # ------------------------------------------------------------------------------------------ the rules
 def paper_rule(features: np.ndarray, *, random_state: int | None = None, **mixture) -> RuleOutcome:
     """(a) The paper's Algorithm BICGMMRetain on Z, exactly as :meth:`FedLNS.screen` calls it."""
-    scores = deviation_scores(features)                                   # eq. client_score
+    scores = deviation_scores(features)  # eq. client_score
     decision = bic_gmm_retain(features, scores, random_state=random_state, **mixture)
     return _outcome(decision.labels == 0, "paper: high-deviation component", decision.n_components)
 
@@ -101,8 +101,15 @@ def score_rule(features: np.ndarray, *, random_state: int | None = None, **mixtu
     return _outcome(decision.labels == 0, "scores: high-deviation component", decision.n_components)
 
 
-def bank_mixture_rule(features: np.ndarray, bank_features: np.ndarray, *, min_separation: float = 0.0,
-                      peel_steps: int = 1, random_state: int | None = None, **mixture) -> RuleOutcome:
+def bank_mixture_rule(
+    features: np.ndarray,
+    bank_features: np.ndarray,
+    *,
+    min_separation: float = 0.0,
+    peel_steps: int = 1,
+    random_state: int | None = None,
+    **mixture,
+) -> RuleOutcome:
     """(c) Judge the round against a 1-vs-2 component mixture of the bank's own scores.
 
     The B bank scores (hundreds of points, not the round's 2-5) choose one or two components by BIC.
@@ -113,7 +120,7 @@ def bank_mixture_rule(features: np.ndarray, bank_features: np.ndarray, *, min_se
     components are too close: an extreme decoy takes the first high component alone, moderate
     attackers the next. ``separation`` reports the first split's.
     """
-    bank_scores = deviation_scores(bank_features)[:, None]               # (B, 1)
+    bank_scores = deviation_scores(bank_features)[:, None]  # (B, 1)
     scores = deviation_scores(features)
     rejected = np.zeros(len(scores), dtype=bool)
     first_separation = None
@@ -125,7 +132,8 @@ def bank_mixture_rule(features: np.ndarray, bank_features: np.ndarray, *, min_se
             break
         low, high = np.argsort(two.means_[:, 0])
         separation = float(two.means_[high, 0] - two.means_[low, 0]) / max(
-            float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR)
+            float(np.sqrt(two.covariances_[low, 0])), _SPREAD_FLOOR
+        )
         if separation < min_separation:
             break
         first_separation = separation if first_separation is None else first_separation
@@ -133,8 +141,7 @@ def bank_mixture_rule(features: np.ndarray, bank_features: np.ndarray, *, min_se
         bank_scores = bank_scores[two.predict(bank_scores) == low]
     if first_separation is None:
         return _keep_all(len(scores))
-    return _outcome(~rejected, f"bank mixture: high component (separation {first_separation:.2g})", 2,
-                    first_separation)
+    return _outcome(~rejected, f"bank mixture: high component (separation {first_separation:.2g})", 2, first_separation)
 
 
 def separated(outcome: RuleOutcome, features: np.ndarray, spread: float, min_separation: float) -> RuleOutcome:
@@ -177,8 +184,15 @@ def fresh_entries(ages: np.ndarray, max_age: int, minimum: int) -> np.ndarray:
     return fresh if fresh.sum() >= minimum else np.ones_like(fresh)
 
 
-def guarded_rule(features: np.ndarray, bank_features: np.ndarray, *, lone_separation: float = 3.0,
-                 min_separation: float = 0.0, random_state: int | None = None, **mixture) -> RuleOutcome:
+def guarded_rule(
+    features: np.ndarray,
+    bank_features: np.ndarray,
+    *,
+    lone_separation: float = 3.0,
+    min_separation: float = 0.0,
+    random_state: int | None = None,
+    **mixture,
+) -> RuleOutcome:
     """(g) The paper's mixture, with the two splits it gets wrong guarded.
 
     * A component holding a single client (the BIC's favourite in clean and small rounds: a lone
@@ -190,8 +204,7 @@ def guarded_rule(features: np.ndarray, bank_features: np.ndarray, *, lone_separa
       groups' median scores differ by less than ``min_separation`` benign widths (0: never undone).
     """
     scores = deviation_scores(features)
-    center, width = benign_reference(bank_features, random_state=random_state,
-                                     solver=mixture.get("solver", "fast"))
+    center, width = benign_reference(bank_features, random_state=random_state, solver=mixture.get("solver", "fast"))
     rejected = np.zeros(len(scores), dtype=bool)
     reasons = [""] * len(scores)
     active = np.arange(len(scores))
@@ -221,18 +234,37 @@ def guarded_rule(features: np.ndarray, bank_features: np.ndarray, *, lone_separa
     return RuleOutcome(~rejected, tuple(reasons), n_components, bic=bic)
 
 
-def bank_rule(name: str, features: np.ndarray, bank_features: np.ndarray, *, lone_separation: float,
-              min_separation: float, random_state: int | None = None, **mixture) -> RuleOutcome:
+def bank_rule(
+    name: str,
+    features: np.ndarray,
+    bank_features: np.ndarray,
+    *,
+    lone_separation: float,
+    min_separation: float,
+    random_state: int | None = None,
+    **mixture,
+) -> RuleOutcome:
     """The retain rules of :class:`FedLNS` that read the bank (``retain_rule`` other than ``"paper"``)."""
     if name == "guarded":
-        return guarded_rule(features, bank_features, lone_separation=lone_separation,
-                            min_separation=min_separation, random_state=random_state, **mixture)
+        return guarded_rule(
+            features,
+            bank_features,
+            lone_separation=lone_separation,
+            min_separation=min_separation,
+            random_state=random_state,
+            **mixture,
+        )
     if name == "peeled":
         spread = benign_spread(bank_features, random_state=random_state, solver=mixture.get("solver", "fast"))
-        return peeled(lambda rows: separated(paper_rule(rows, random_state=random_state, **mixture), rows, spread,
-                                             min_separation), features)
+        return peeled(
+            lambda rows: separated(
+                paper_rule(rows, random_state=random_state, **mixture), rows, spread, min_separation
+            ),
+            features,
+        )
     if name == "bank":
-        mixture.pop("components", None)          # the bank's mixture always compares one and two components
-        return bank_mixture_rule(features, bank_features, min_separation=min_separation,
-                                 random_state=random_state, **mixture)
+        mixture.pop("components", None)  # the bank's mixture always compares one and two components
+        return bank_mixture_rule(
+            features, bank_features, min_separation=min_separation, random_state=random_state, **mixture
+        )
     raise ValueError(f"unknown retain rule {name!r}")

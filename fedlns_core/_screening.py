@@ -5,24 +5,32 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping
 
 import numpy as np
 
 from ._aggregate import Aggregator, apply_aggregator, normalized_weights, weighted_average
 from ._bank import HistoryBank
+from ._cohort import CohortGraph, cohort_rule
 from ._io import read_state, write_state
 from ._mixture import bic_gmm_retain
 from ._robust import MAX_DEVIATION, deviation_scores, largest_deviations, standardize
 from ._rules import bank_rule
 from ._settings import PARAMETER_CONSTRAINTS, SELECTOR_CONSTRAINTS, validate_settings
 from ._signature import NormSelector, SignatureLayout, signature_layout
-from ._cohort import CohortGraph, cohort_rule
 from ._support import ROUND_KEY, SKETCH_KEY, clip_scales, sketch_updates, support_rule
-from ._types import (ClientId, ParamDict, check_client_id, check_global_params, client_problem,
-                     escape_text, id_sort_key, read_count)
+from ._types import (
+    ClientId,
+    ParamDict,
+    check_client_id,
+    check_global_params,
+    client_problem,
+    escape_text,
+    id_sort_key,
+    read_count,
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +101,14 @@ class ScreeningResult:
     support: dict[ClientId, float] = field(default_factory=dict)
     clip_scales: dict[ClientId, float] = field(default_factory=dict)
 
-    def aggregate(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-                  aggregator: Aggregator | None = None, *, rule: Aggregator | None = None) -> dict[str, np.ndarray]:
+    def aggregate(
+        self,
+        global_params: ParamDict,
+        client_params: Mapping[ClientId, ParamDict],
+        aggregator: Aggregator | None = None,
+        *,
+        rule: Aggregator | None = None,
+    ) -> dict[str, np.ndarray]:
         """Next global model from the retained clients.
 
         With ``aggregator=None``: ``w + sum_i alpha_i c_i (w_i - w)`` (eq. ``aggregation``, with the clipping
@@ -106,8 +120,11 @@ class ScreeningResult:
         ``aggregator=`` (a ``FutureWarning``).
         """
         if rule is not None:
-            warnings.warn("ScreeningResult.aggregate(rule=...) is now aggregate(aggregator=...); rule= will be "
-                          "removed", FutureWarning, stacklevel=2)
+            warnings.warn(
+                "ScreeningResult.aggregate(rule=...) is now aggregate(aggregator=...); rule= will be removed",
+                FutureWarning,
+                stacklevel=2,
+            )
             aggregator = aggregator if aggregator is not None else rule
         if not self.retained:
             return {key: np.array(value, copy=True) for key, value in check_global_params(global_params).items()}
@@ -116,14 +133,21 @@ class ScreeningResult:
             raise ValueError(f"client {absent[0]!r} was retained but is missing from client_params")
         if aggregator is None:
             return weighted_average(global_params, client_params, self.weights, scales=self.clip_scales or None)
-        return apply_aggregator(check_global_params(global_params), client_params, self.num_examples, aggregator,
-                                scales=self.clip_scales or None)
+        return apply_aggregator(
+            check_global_params(global_params),
+            client_params,
+            self.num_examples,
+            aggregator,
+            scales=self.clip_scales or None,
+        )
 
     def explain(self) -> str:
         """A short human-readable account of the decision."""
-        lines = [f"round {self.round}: bank {self.bank_size} clients, "
-                 + ("screening active" if self.active else "warming up (screening inactive)")
-                 + (f", {self.signature} signature of {len(self.signature_keys)} entries" if self.signature else "")]
+        lines = [
+            f"round {self.round}: bank {self.bank_size} clients, "
+            + ("screening active" if self.active else "warming up (screening inactive)")
+            + (f", {self.signature} signature of {len(self.signature_keys)} entries" if self.signature else "")
+        ]
         if self.n_components is not None:
             bic = ", ".join(f"BIC({c})={value:.6g}" for c, value in sorted((self.bic or {}).items()))
             lines.append(f"  mixture: {self.n_components} component(s) [{bic}]")
@@ -133,15 +157,20 @@ class ScreeningResult:
             score = f" delta={self.scores[client_id]:.3g}" if client_id in self.scores else ""
             if client_id in self.support:
                 score += f" support={self.support[client_id]:.3g}"
-            entry = f" (largest deviation in {escape_text(self.deviant_entries[client_id], 120)})" \
-                if client_id in self.deviant_entries else ""
+            entry = (
+                f" (largest deviation in {escape_text(self.deviant_entries[client_id], 120)})"
+                if client_id in self.deviant_entries
+                else ""
+            )
             lines.append(f"  rejected {_shown(client_id)}:{score} {escape_text(reason, 400)}{entry}")
         for client_id, given in self.capped_counts.items():
             lines.append(f"  capped count of {_shown(client_id)}: {given:.6g} -> {self.num_examples[client_id]:.6g}")
         clipped = {client_id: scale for client_id, scale in self.clip_scales.items() if scale < 1}
         if clipped:
-            lines.append("  clipped to the retained median update: "
-                         + ", ".join(f"{_shown(client_id)} x{scale:.3g}" for client_id, scale in clipped.items()))
+            lines.append(
+                "  clipped to the retained median update: "
+                + ", ".join(f"{_shown(client_id)} x{scale:.3g}" for client_id, scale in clipped.items())
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,18 +179,28 @@ class ScreeningResult:
         Per-client maps become lists of ``[client_id, value]`` pairs, each id keeping its JSON type
         (``1`` and ``"1"`` stay two clients); a non-finite number is written as ``null``.
         """
+
         def pairs(mapping):
             return None if mapping is None else [[client_id, _plain(value)] for client_id, value in mapping.items()]
+
         return {
-            "round": self.round, "active": self.active, "bank_size": self.bank_size,
-            "retained": list(self.retained), "rejected": pairs(self.rejected),
-            "scores": pairs(self.scores), "n_components": self.n_components,
+            "round": self.round,
+            "active": self.active,
+            "bank_size": self.bank_size,
+            "retained": list(self.retained),
+            "rejected": pairs(self.rejected),
+            "scores": pairs(self.scores),
+            "n_components": self.n_components,
             "bic": None if self.bic is None else {str(c): _plain(value) for c, value in self.bic.items()},
-            "labels": pairs(self.labels), "weights": pairs(self.weights),
-            "num_examples": pairs(self.num_examples), "capped_counts": pairs(self.capped_counts),
-            "signature_keys": list(self.signature_keys), "signature": self.signature,
+            "labels": pairs(self.labels),
+            "weights": pairs(self.weights),
+            "num_examples": pairs(self.num_examples),
+            "capped_counts": pairs(self.capped_counts),
+            "signature_keys": list(self.signature_keys),
+            "signature": self.signature,
             "deviant_entries": pairs(self.deviant_entries),
-            "support": pairs(self.support), "clip_scales": pairs(self.clip_scales),
+            "support": pairs(self.support),
+            "clip_scales": pairs(self.clip_scales),
         }
 
 
@@ -170,14 +209,12 @@ class ScreeningResult:
 #: (``benchmarks/rule_study.py``, made on its selection seeds by a rule fixed in advance) at the measured size
 #: it covers: 2, 4, 5, 10 and 20 per round.
 RULE_BY_ROUND_SIZE: tuple = (
-    (2, dict(retain_rule="bank", min_separation=0.0)),                          # measured at K=10, 2 per round
-    (4, dict(retain_rule="peeled", min_separation=3.0)),                        # K=20, 4 per round
-    (7, dict(retain_rule="peeled", min_separation=2.0)),                        # K=50, 5 per round
+    (2, dict(retain_rule="bank", min_separation=0.0)),  # measured at K=10, 2 per round
+    (4, dict(retain_rule="peeled", min_separation=3.0)),  # K=20, 4 per round
+    (7, dict(retain_rule="peeled", min_separation=2.0)),  # K=50, 5 per round
     (14, dict(retain_rule="guarded", lone_separation=3.0, min_separation=1.0)),  # K=100, 10 per round
     (None, dict(retain_rule="guarded", lone_separation=3.0, min_separation=0.0)),  # K=200, 20 per round
 )
-
-
 
 
 def rule_for_round_size(clients_per_round: int) -> dict[str, Any]:
@@ -349,16 +386,33 @@ class FedLNS:
     >>> new_global = result.aggregate(global_params, clients)
     """
 
-    def __init__(self, *, signature: str = "auto", selector: NormSelector | None = None,
-                 activation_threshold: int = 100,
-                 mad_floor: float = 1e-6, components: str = "bic", reg_covar: float = 1e-4,
-                 n_init: int = 5, max_iter: int = 200, mixture_solver: str = "fast", ema: float = 0.0,
-                 warmup: str = "aggregate",
-                 max_count_ratio: float | None = 10.0, max_clients: int | None = None,
-                 random_state: int | None = None, retain_rule: str = "cohort", lone_separation: float = 3.0,
-                 min_separation: float = 0.0, separation: float = 0.5, max_groups: int = 4,
-                 loud_separation: float = 6.0, cohort_decay: float = 0.9,
-                 sketch_dim: int = 2048, clip: str | None = "median"):
+    def __init__(
+        self,
+        *,
+        signature: str = "auto",
+        selector: NormSelector | None = None,
+        activation_threshold: int = 100,
+        mad_floor: float = 1e-6,
+        components: str = "bic",
+        reg_covar: float = 1e-4,
+        n_init: int = 5,
+        max_iter: int = 200,
+        mixture_solver: str = "fast",
+        ema: float = 0.0,
+        warmup: str = "aggregate",
+        max_count_ratio: float | None = 10.0,
+        max_clients: int | None = None,
+        random_state: int | None = None,
+        retain_rule: str = "cohort",
+        lone_separation: float = 3.0,
+        min_separation: float = 0.0,
+        separation: float = 0.5,
+        max_groups: int = 4,
+        loud_separation: float = 6.0,
+        cohort_decay: float = 0.9,
+        sketch_dim: int = 2048,
+        clip: str | None = "median",
+    ):
         self.signature = signature
         self.selector = selector
         self.activation_threshold = activation_threshold
@@ -403,8 +457,14 @@ class FedLNS:
         return cls(**{**PAPER_SETTINGS, **settings})
 
     @classmethod
-    def for_federation(cls, num_clients: int, clients_per_round: int, malicious_fraction: float = 0.4,
-                       max_risk: float = 0.01, **settings) -> FedLNS:
+    def for_federation(
+        cls,
+        num_clients: int,
+        clients_per_round: int,
+        malicious_fraction: float = 0.4,
+        max_risk: float = 0.01,
+        **settings,
+    ) -> FedLNS:
         """A screener configured for a federation of ``num_clients`` with ``clients_per_round`` per round.
 
         The activation threshold comes from :func:`plan_activation` (the smallest bank whose risk of a
@@ -442,8 +502,9 @@ class FedLNS:
         if isinstance(num_clients, bool) or not isinstance(num_clients, numbers.Integral):
             raise TypeError(f"num_clients must be an int, got {num_clients!r}")
         if not 1 <= clients_per_round <= num_clients:
-            raise ValueError(f"clients_per_round must be between 1 and num_clients={num_clients}, "
-                             f"got {clients_per_round}")
+            raise ValueError(
+                f"clients_per_round must be between 1 and num_clients={num_clients}, got {clients_per_round}"
+            )
         plan = plan_activation(num_clients, malicious_fraction, clients_per_round / num_clients, max_risk)
         chosen = dict(activation_threshold=plan.threshold)
         if clients_per_round < COHORT_MIN_ROUND:
@@ -462,8 +523,12 @@ class FedLNS:
         return self._bank
 
     # ------------------------------------------------------------------------------------------- round
-    def screen(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict],
-               num_examples: Mapping[ClientId, float]) -> ScreeningResult:
+    def screen(
+        self,
+        global_params: ParamDict,
+        client_params: Mapping[ClientId, ParamDict],
+        num_examples: Mapping[ClientId, float],
+    ) -> ScreeningResult:
         """Screen one round of returned client models.
 
         Parameters
@@ -499,7 +564,7 @@ class FedLNS:
         # 1. Each client on its own: input usable (dtype, shape, range, count)? Arrays are read once.
         rejected: dict[ClientId, str] = {}
         arrays: dict[ClientId, dict[str, np.ndarray]] = {}
-        counts: dict[ClientId, float | None] = {}     # None beside a rejected client's reason
+        counts: dict[ClientId, float | None] = {}  # None beside a rejected client's reason
         problem: str | None
         for client_id in participants:
             if client_id not in client_params:
@@ -529,9 +594,13 @@ class FedLNS:
                 signature.write(global_params, arrays[client_id], row[:width])
             if supporting:
                 signatures[:, width:-2], client_norms = sketch_updates(
-                    global_params, [arrays[client_id] for client_id in canonical], sorted(global_params),
-                    sketch_dim, self._sketch_key())
-                signatures[:, -2:] = (self.round_, 0.0)        # round stamp; the score is written once known
+                    global_params,
+                    [arrays[client_id] for client_id in canonical],
+                    sorted(global_params),
+                    sketch_dim,
+                    self._sketch_key(),
+                )
+                signatures[:, -2:] = (self.round_, 0.0)  # round stamp; the score is written once known
                 norms = dict(zip(canonical, client_norms.tolist()))
         finite = np.isfinite(signatures).all(axis=1) & np.isfinite([norms.get(c, 0.0) for c in canonical])
         for client_id in (c for c, ok in zip(canonical, finite) if not ok):
@@ -547,23 +616,26 @@ class FedLNS:
             if not len(refresh):
                 features = np.empty_like(signatures[:, :width])
                 break
-            median, mad = refresh.reference(settings["mad_floor"])      # eqs. bank_median-bank_mad
+            median, mad = refresh.reference(settings["mad_floor"])  # eqs. bank_median-bank_mad
             median, mad = median[:width], mad[:width]
-            features = standardize(signatures[:, :width], median, mad)   # (N, D), eq. z_full
+            features = standardize(signatures[:, :width], median, mad)  # (N, D), eq. z_full
             largest = largest_deviations(features)
             beyond = ~(largest <= MAX_DEVIATION)
             if not beyond.any():
                 break
             for client_id, value in zip(canonical, largest):
                 if not value <= MAX_DEVIATION:
-                    rejected[client_id] = (f"invalid: standardized deviation {value:.3g} exceeds 2**26 robust "
-                                           "units (float64 cannot screen it beside the others)")
+                    rejected[client_id] = (
+                        f"invalid: standardized deviation {value:.3g} exceeds 2**26 robust "
+                        "units (float64 cannot screen it beside the others)"
+                    )
             keep = ~beyond
             canonical, signatures = [c for c, ok in zip(canonical, keep) if ok], signatures[keep]
 
-        scores = deviation_scores(features) if supporting or len(refresh) >= settings["activation_threshold"] \
-            else None                                                            # eq. client_score, (N,)
-        if supporting:      # each banked entry keeps the score it was screened with: the loud test's reference
+        scores = (
+            deviation_scores(features) if supporting or len(refresh) >= settings["activation_threshold"] else None
+        )  # eq. client_score, (N,)
+        if supporting:  # each banked entry keeps the score it was screened with: the loud test's reference
             assert scores is not None
             for client_id, score in zip(canonical, scores):
                 slot = refresh.slots.get(client_id)
@@ -572,33 +644,53 @@ class FedLNS:
         round_index = self.round_
         screened = set(canonical)
         valid = [client_id for client_id in valid if client_id in screened]
-        common: dict[str, Any] = dict(round=round_index, bank_size=len(refresh), signature_keys=keys, signature=signature.kind)
+        common: dict[str, Any] = dict(
+            round=round_index, bank_size=len(refresh), signature_keys=keys, signature=signature.kind
+        )
         warming_up = len(refresh) < settings["activation_threshold"] and settings["warmup"] != "screen"
         cohort = None
         if settings["retain_rule"] == "cohort" and canonical:
             #    The cohort rule learns from every round, warm-up included; it decides only once active.
-            assert scores is not None                           # computed for every sketching rule
-            bank_rows = refresh._block(slice(width + sketch_dim, width + sketch_dim + 2)).T      # (B, 2)
-            cohort = cohort_rule(scores, signatures[:, width:-2], canonical, self._cohort, bank_rows[:, 0],
-                                 bank_rows[:, 1], recent=max(settings["activation_threshold"], 3),
-                                 separation=settings["separation"], loud_separation=settings["loud_separation"],
-                                 decay=settings["cohort_decay"], decide=not warming_up,
-                                 dimension=min(sketch_dim, sum(int(v.size) for v in global_params.values())))
+            assert scores is not None  # computed for every sketching rule
+            bank_rows = refresh._block(slice(width + sketch_dim, width + sketch_dim + 2)).T  # (B, 2)
+            cohort = cohort_rule(
+                scores,
+                signatures[:, width:-2],
+                canonical,
+                self._cohort,
+                bank_rows[:, 0],
+                bank_rows[:, 1],
+                recent=max(settings["activation_threshold"], 3),
+                separation=settings["separation"],
+                loud_separation=settings["loud_separation"],
+                decay=settings["cohort_decay"],
+                decide=not warming_up,
+                dimension=min(sketch_dim, sum(int(v.size) for v in global_params.values())),
+            )
         if warming_up:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
-            result = ScreeningResult(active=False, retained=retained, rejected=rejected,
-                                     **self._weighting(retained, counts, settings["max_count_ratio"]),
-                                     **self._clipping(retained, arrays, global_params, norms, settings, True),
-                                     **common)
+            result = ScreeningResult(
+                active=False,
+                retained=retained,
+                rejected=rejected,
+                **self._weighting(retained, counts, settings["max_count_ratio"]),
+                **self._clipping(retained, arrays, global_params, norms, settings, True),
+                **common,
+            )
         elif not canonical:
             result = ScreeningResult(active=True, retained=(), rejected=rejected, **common)
         else:
-            assert scores is not None   # computed: the bank is full, or supporting (warmup="screen" needs it)
+            assert scores is not None  # computed: the bank is full, or supporting (warmup="screen" needs it)
             # 4. Scores (eq. client_score) and the retain rule: the mixture (Algorithm BICGMMRetain) or
             #    one of the rules of docs/rules.md, which also read the bank standardized the same way.
-            mixture = dict(components=settings["components"], reg_covar=settings["reg_covar"],
-                           n_init=settings["n_init"], max_iter=settings["max_iter"],
-                           solver=settings["mixture_solver"], random_state=self._round_seed(round_index))
+            mixture = dict(
+                components=settings["components"],
+                reg_covar=settings["reg_covar"],
+                n_init=settings["n_init"],
+                max_iter=settings["max_iter"],
+                solver=settings["mixture_solver"],
+                random_state=self._round_seed(round_index),
+            )
             support = {}
             try:
                 if cohort is not None:
@@ -606,13 +698,20 @@ class FedLNS:
                     reasons = [f"screened: {reason}" if reason else "" for reason in cohort.reasons]
                     support = dict(zip(canonical, cohort.support.tolist()))
                 elif supporting:
-                    bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T   # (B, k + 2)
+                    bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T  # (B, k + 2)
                     own = np.array([refresh.slots.get(client_id, -1) for client_id in canonical])
-                    outcome = support_rule(scores, signatures[:, width:-2], bank_rows[:, :-2], own,
-                                           bank_rows[:, -2], bank_rows[:, -1],
-                                           recent=max(settings["activation_threshold"], 3),
-                                           max_groups=settings["max_groups"], separation=settings["separation"],
-                                           loud_separation=settings["loud_separation"])
+                    outcome = support_rule(
+                        scores,
+                        signatures[:, width:-2],
+                        bank_rows[:, :-2],
+                        own,
+                        bank_rows[:, -2],
+                        bank_rows[:, -1],
+                        recent=max(settings["activation_threshold"], 3),
+                        max_groups=settings["max_groups"],
+                        separation=settings["separation"],
+                        loud_separation=settings["loud_separation"],
+                    )
                     labels, n_components, bic = (~outcome.retained).astype(int), None, None
                     reasons = [f"screened: {reason}" if reason else "" for reason in outcome.reasons]
                     support = dict(zip(canonical, outcome.support.tolist()))
@@ -621,10 +720,15 @@ class FedLNS:
                     labels, n_components, bic = decision.labels, decision.n_components, decision.bic
                     reasons = [self._screened_reason(decision) if label else "" for label in labels]
                 else:
-                    bank_features = standardize(refresh.columns().T, median, mad)     # (B, D)
-                    ruled = bank_rule(settings["retain_rule"], features, bank_features,
-                                      lone_separation=settings["lone_separation"],
-                                      min_separation=settings["min_separation"], **mixture)
+                    bank_features = standardize(refresh.columns().T, median, mad)  # (B, D)
+                    ruled = bank_rule(
+                        settings["retain_rule"],
+                        features,
+                        bank_features,
+                        lone_separation=settings["lone_separation"],
+                        min_separation=settings["min_separation"],
+                        **mixture,
+                    )
                     labels, n_components, bic = (~ruled.retained).astype(int), ruled.n_components, ruled.bic
                     reasons = [f"screened: {reason}" if reason else "" for reason in ruled.reasons]
             except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
@@ -636,16 +740,23 @@ class FedLNS:
                 if label_of[client_id] != 0:
                     rejected[client_id] = reason_of[client_id]
             flagged = labels != 0
-            deviant = dict(zip([c for c, flag in zip(canonical, flagged) if flag],
-                               _deviant_entries(features[flagged], signature)))
+            deviant = dict(
+                zip([c for c, flag in zip(canonical, flagged) if flag], _deviant_entries(features[flagged], signature))
+            )
             result = ScreeningResult(
-                active=True, retained=retained, rejected=rejected,
+                active=True,
+                retained=retained,
+                rejected=rejected,
                 scores={client_id: float(score) for client_id, score in zip(canonical, scores)},
-                n_components=n_components, bic=bic or None,
-                labels={client_id: label_of[client_id] for client_id in valid}, support=support,
+                n_components=n_components,
+                bic=bic or None,
+                labels={client_id: label_of[client_id] for client_id in valid},
+                support=support,
                 deviant_entries=deviant,
                 **self._weighting(retained, counts, settings["max_count_ratio"]),
-                **self._clipping(retained, arrays, global_params, norms, settings), **common)
+                **self._clipping(retained, arrays, global_params, norms, settings),
+                **common,
+            )
 
         # 5. Commit: nothing above changed any state.
         self.bank.commit(refresh)
@@ -666,8 +777,11 @@ class FedLNS:
         if max_count_ratio is not None:
             cap = max_count_ratio * float(np.median(list(given.values())))
             used = {client_id: min(count, cap) for client_id, count in given.items()}
-        return {"weights": normalized_weights(used), "num_examples": used,
-                "capped_counts": {c: given[c] for c in retained if used[c] != given[c]}}
+        return {
+            "weights": normalized_weights(used),
+            "num_examples": used,
+            "capped_counts": {c: given[c] for c in retained if used[c] != given[c]},
+        }
 
     @staticmethod
     def _clipping(retained, arrays, global_params, norms, settings, warming_up=False) -> dict[str, Any]:
@@ -678,9 +792,14 @@ class FedLNS:
             return {}
         for client_id in retained:
             if client_id not in norms:
-                norms[client_id] = float(np.sqrt(sum(
-                    float(np.square(np.subtract(arrays[client_id][key], value, dtype=np.float64)).sum())
-                    for key, value in global_params.items())))
+                norms[client_id] = float(
+                    np.sqrt(
+                        sum(
+                            float(np.square(np.subtract(arrays[client_id][key], value, dtype=np.float64)).sum())
+                            for key, value in global_params.items()
+                        )
+                    )
+                )
         return {"clip_scales": clip_scales(norms, retained, WARMUP_CLIP_QUANTILE if warming_up else 0.5)}
 
     def update_sketches(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict]) -> dict:
@@ -692,12 +811,14 @@ class FedLNS:
         ``random_state`` is set.
         """
         ids = list(client_params)
-        sketches, _ = sketch_updates(global_params, [client_params[i] for i in ids], sorted(global_params),
-                                     self.sketch_dim, self._sketch_key())
+        sketches, _ = sketch_updates(
+            global_params, [client_params[i] for i in ids], sorted(global_params), self.sketch_dim, self._sketch_key()
+        )
         return dict(zip(ids, sketches))
 
-    def client_signatures(self, global_params: ParamDict,
-                          client_params: Mapping[ClientId, ParamDict]) -> tuple[tuple[str, ...], dict]:
+    def client_signatures(
+        self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict]
+    ) -> tuple[tuple[str, ...], dict]:
         """``(entries, {id: (D,) float64 signature})``: each client's signature as :meth:`screen` reads it now (the
         layout the bank holds, else the one this payload gives), without screening anything.
 
@@ -745,14 +866,20 @@ class FedLNS:
         """
         settings = validate_settings("FedLNS", {name: getattr(self, name) for name in PARAMETER_CONSTRAINTS})
         if settings["retain_rule"] in SKETCHING_RULES and settings["ema"]:
-            raise ValueError(f"retain_rule={settings['retain_rule']!r} banks each client's latest update as it "
-                             f"is (ema=0), got ema={settings['ema']}")
+            raise ValueError(
+                f"retain_rule={settings['retain_rule']!r} banks each client's latest update as it "
+                f"is (ema=0), got ema={settings['ema']}"
+            )
         if settings["warmup"] == "screen" and settings["retain_rule"] not in SKETCHING_RULES:
-            raise ValueError(f"warmup='screen' needs retain_rule='cohort' or 'support' (the others need a full "
-                             f"bank), got retain_rule={settings['retain_rule']!r}")
+            raise ValueError(
+                f"warmup='screen' needs retain_rule='cohort' or 'support' (the others need a full "
+                f"bank), got retain_rule={settings['retain_rule']!r}"
+            )
         if settings["max_clients"] is not None and settings["max_clients"] < settings["activation_threshold"]:
-            raise ValueError(f"max_clients={settings['max_clients']} is below activation_threshold="
-                             f"{settings['activation_threshold']}: screening could never start")
+            raise ValueError(
+                f"max_clients={settings['max_clients']} is below activation_threshold="
+                f"{settings['activation_threshold']}: screening could never start"
+            )
         return settings
 
     def _settings_in_use(self) -> dict[str, Any]:
@@ -760,8 +887,11 @@ class FedLNS:
         by assigning the screener's attributes)."""
         settings = self.validate_params()
         bank = self.bank
-        bank.ema, bank.max_clients, bank.random_state = (settings["ema"], settings["max_clients"],
-                                                         settings["random_state"])
+        bank.ema, bank.max_clients, bank.random_state = (
+            settings["ema"],
+            settings["max_clients"],
+            settings["random_state"],
+        )
         return settings
 
     # ------------------------------------------------------------------------------------- persistence
@@ -777,7 +907,7 @@ class FedLNS:
         settings["selector"] = None if settings["selector"] is None else settings["selector"].to_config()
         bank_header, arrays = self.bank._state()
         header = {"params": settings, "round": self.round_, "bank": bank_header, "sketch_seed": self._sketch_seed}
-        if len(self._cohort):       # the cohort graph over the bank's ids, in the bank's column order
+        if len(self._cohort):  # the cohort graph over the bank's ids, in the bank's column order
             header["cohort"] = True
             arrays["cohort_weights"] = self._cohort.restricted(bank_header["ids"]).weights
         write_state(path, "screener", header, arrays)
@@ -798,10 +928,10 @@ class FedLNS:
                 raise ValueError("params is not an object")
             params = dict(params)
             params.setdefault("mixture_solver", "sklearn")
-            params.setdefault("clip", None)              # written before clipping existed
-            params.setdefault("retain_rule", "paper")    # before the setting existed the paper's rule was the only one
-            params.setdefault("warmup", "hold")          # and the paper's warm-up the only one
-            params.setdefault("signature", "norm")       # and the norms the only signature
+            params.setdefault("clip", None)  # written before clipping existed
+            params.setdefault("retain_rule", "paper")  # before the setting existed the paper's rule was the only one
+            params.setdefault("warmup", "hold")  # and the paper's warm-up the only one
+            params.setdefault("signature", "norm")  # and the norms the only signature
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)
@@ -812,14 +942,19 @@ class FedLNS:
                 raise ValueError(f"round must be an int >= 0, got {escape_text(repr(round_index), 40)}")
             screener.round_ = round_index
             sketch_seed = header.get("sketch_seed")
-            if sketch_seed is not None and (isinstance(sketch_seed, bool) or not isinstance(sketch_seed, int)
-                                            or not 0 <= sketch_seed < 2**32):
-                raise ValueError(f"sketch_seed must be an int in [0, 2**32) or null, got "
-                                 f"{escape_text(repr(sketch_seed), 40)}")
+            if sketch_seed is not None and (
+                isinstance(sketch_seed, bool) or not isinstance(sketch_seed, int) or not 0 <= sketch_seed < 2**32
+            ):
+                raise ValueError(
+                    f"sketch_seed must be an int in [0, 2**32) or null, got {escape_text(repr(sketch_seed), 40)}"
+                )
             screener._sketch_seed = sketch_seed
             bank = HistoryBank._from_state(header["bank"], arrays, path)
-            if (bank.ema, bank.max_clients, bank.random_state) != (screener.ema, screener.max_clients,
-                                                                    screener.random_state):
+            if (bank.ema, bank.max_clients, bank.random_state) != (
+                screener.ema,
+                screener.max_clients,
+                screener.random_state,
+            ):
                 raise ValueError("the bank's settings differ from the screener's")
         except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as error:
             raise ValueError(f"{path}: invalid screener state ({error})") from error
@@ -832,8 +967,7 @@ class FedLNS:
         return screener
 
     def __repr__(self) -> str:
-        changed = {name: value for name, value in self.get_params().items()
-                   if value != _DEFAULTS.get(name)}
+        changed = {name: value for name, value in self.get_params().items() if value != _DEFAULTS.get(name)}
         return f"FedLNS({', '.join(f'{name}={value!r}' for name, value in changed.items())})"
 
 
@@ -841,7 +975,7 @@ def _expected_arrays(header) -> dict:
     """The arrays a screener state's header announces: the bank's, and the cohort graph's where it has one."""
     bank = header.get("bank") if isinstance(header, dict) else None
     expected = HistoryBank._expected_arrays(bank)
-    if isinstance(header, dict) and header.get("cohort") and isinstance(bank, dict):   # the bank's check passed
+    if isinstance(header, dict) and header.get("cohort") and isinstance(bank, dict):  # the bank's check passed
         size = len(bank["ids"])
         expected["cohort_weights"] = ((size, size), np.dtype(np.float64))
     return expected
@@ -863,7 +997,7 @@ def _deviant_entries(features: np.ndarray, signature) -> list[str]:
     sizes = np.array(signature.sizes)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     means = np.add.reduceat(np.abs(features), starts, axis=1) / np.maximum(sizes, 1)
-    means[:, sizes == 0] = -np.inf                 # reduceat reads an empty entry's neighbour
+    means[:, sizes == 0] = -np.inf  # reduceat reads an empty entry's neighbour
     return [signature.keys[index] for index in np.argmax(means, axis=1)]
 
 

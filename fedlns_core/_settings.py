@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -25,7 +25,7 @@ class Interval:
     kind: str
     low: float | None = None
     high: float | None = None
-    closed: str = "both"           # "both", "left", "right" or "neither"
+    closed: str = "both"  # "both", "left", "right" or "neither"
 
     def normalize(self, value):
         if isinstance(value, (bool, np.bool_)):
@@ -50,8 +50,10 @@ class Interval:
         right = "]" if self.closed in ("both", "right") else ")"
         if self.low is None and self.high is None:
             return kind
-        return f"{kind} in {left}{'-inf' if self.low is None else self.low}, " \
-               f"{'inf' if self.high is None else self.high}{right}"
+        return (
+            f"{kind} in {left}{'-inf' if self.low is None else self.low}, "
+            f"{'inf' if self.high is None else self.high}{right}"
+        )
 
 
 @dataclass(frozen=True)
@@ -132,8 +134,9 @@ def options(name: str, table: Mapping[str, list] = PARAMETER_CONSTRAINTS) -> tup
     raise ValueError(f"setting {name!r} takes no fixed set of strings")
 
 
-def validate_settings(owner: str, settings: Mapping[str, Any],
-                      table: Mapping[str, list] = PARAMETER_CONSTRAINTS) -> dict[str, Any]:
+def validate_settings(
+    owner: str, settings: Mapping[str, Any], table: Mapping[str, list] = PARAMETER_CONSTRAINTS
+) -> dict[str, Any]:
     """Check ``settings`` against ``table`` (the screener's by default); return them as plain Python values.
 
     numpy scalars are accepted wherever the Python type is (``np.int64(5)`` for an int) and come back as

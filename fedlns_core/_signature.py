@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -80,11 +80,20 @@ class NormSelector:
     ('model.layers.0.input_layernorm.weight',)
     """
 
-    def __init__(self, *, match: str = "auto", patterns: Sequence[str] | None = None,
-                 keys: Sequence[str] | None = None, rule: str | None = None):
+    def __init__(
+        self,
+        *,
+        match: str = "auto",
+        patterns: Sequence[str] | None = None,
+        keys: Sequence[str] | None = None,
+        rule: str | None = None,
+    ):
         if rule is not None:
-            warnings.warn("NormSelector(rule=...) is now NormSelector(match=...); rule= will be removed",
-                          FutureWarning, stacklevel=2)
+            warnings.warn(
+                "NormSelector(rule=...) is now NormSelector(match=...); rule= will be removed",
+                FutureWarning,
+                stacklevel=2,
+            )
             match = rule
         self.match = match
         self.patterns = patterns
@@ -113,8 +122,9 @@ class NormSelector:
             selected = tuple(name for name in names if any(regex.search(name) for regex in compiled))
         else:
             if not isinstance(self.match, str) or self.match not in NAME_MATCHES:
-                raise ValueError(f"NormSelector: match must be one of {', '.join(map(repr, NAME_MATCHES))}, "
-                                 f"got {self.match!r}")
+                raise ValueError(
+                    f"NormSelector: match must be one of {', '.join(map(repr, NAME_MATCHES))}, got {self.match!r}"
+                )
             matches = NAME_MATCHES[self.match]
             selected = tuple(name for name in names if matches(name))
         if not selected:
@@ -143,8 +153,7 @@ class NormSelector:
         }
 
 
-def extract_signature(global_params: ParamDict, client_params: ParamDict,
-                      keys: Sequence[str]) -> dict[str, np.ndarray]:
+def extract_signature(global_params: ParamDict, client_params: ParamDict, keys: Sequence[str]) -> dict[str, np.ndarray]:
     """Layer-wise normalization signature ``s = p(local) - p(global)`` (eq. ``sig_layer``), in float64.
 
     Parameters
@@ -179,8 +188,12 @@ def extract_signature(global_params: ParamDict, client_params: ParamDict,
     return signature
 
 
-def flat_signature(global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
-                   keys: Sequence[str], out: np.ndarray | None = None) -> np.ndarray:
+def flat_signature(
+    global_params: Mapping[str, np.ndarray],
+    client_params: Mapping[str, np.ndarray],
+    keys: Sequence[str],
+    out: np.ndarray | None = None,
+) -> np.ndarray:
     """Concatenation of the signature in ``keys`` order, shape (D,), float64 (eq. z_full's layout).
 
     Each part is written straight into ``out`` (a new array by default): the same values as concatenating
@@ -193,8 +206,9 @@ def flat_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
             raise KeyError(f"signature key {key!r} is missing from {side}")
         reference = np.asarray(global_params[key])
         if np.shape(client_params[key]) != reference.shape:
-            raise ValueError(f"signature key {key!r} has shape {np.shape(client_params[key])}, "
-                             f"expected {reference.shape}")
+            raise ValueError(
+                f"signature key {key!r} has shape {np.shape(client_params[key])}, expected {reference.shape}"
+            )
         references.append(reference)
     size = sum(reference.size for reference in references)
     if out is None:
@@ -203,8 +217,8 @@ def flat_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
         raise ValueError(f"out must be a float64 array of shape ({size},), got {out.dtype} {out.shape}")
     offset = 0
     for key, reference in zip(keys, references):
-        part = out[offset: offset + reference.size].reshape(reference.shape)
-        np.subtract(client_params[key], reference, out=part, dtype=np.float64)   # exact for float32 inputs
+        part = out[offset : offset + reference.size].reshape(reference.shape)
+        np.subtract(client_params[key], reference, out=part, dtype=np.float64)  # exact for float32 inputs
         offset += reference.size
     return out
 
@@ -241,13 +255,14 @@ class SignatureLayout:
         parts = {"norm" if statistic == "delta" else "lora" for statistic in self.statistics}
         return "+".join(sorted(parts))
 
-    def write(self, global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
-              out: np.ndarray) -> None:
+    def write(
+        self, global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray], out: np.ndarray
+    ) -> None:
         """The client's signature, flattened in ``keys`` order, into the float64 array ``out`` of length
         :attr:`width` (for norm entries the values of :func:`flat_signature`)."""
         offset = 0
         for shape, size, source, statistic in zip(self.shapes, self.sizes, self.sources, self.statistics):
-            part = out[offset: offset + size]
+            part = out[offset : offset + size]
             if statistic in ("delta", "magnitude"):
                 np.subtract(client_params[source], global_params[source], out=part.reshape(shape), dtype=np.float64)
             else:
@@ -255,9 +270,13 @@ class SignatureLayout:
             offset += size
 
 
-def signature_layout(signature: str, global_params: Mapping[str, np.ndarray], selector: NormSelector,
-                     clients: Sequence[Mapping[str, np.ndarray]] = (),
-                     bank_keys: Sequence[str] = ()) -> SignatureLayout:
+def signature_layout(
+    signature: str,
+    global_params: Mapping[str, np.ndarray],
+    selector: NormSelector,
+    clients: Sequence[Mapping[str, np.ndarray]] = (),
+    bank_keys: Sequence[str] = (),
+) -> SignatureLayout:
     """The layout ``FedLNS(signature=...)`` reads from payloads shaped like ``global_params``.
 
     ``"norm"``: the entries ``selector`` picks (eq. ``sig_layer``). ``"lora"``: the LoRA signature of every LoRA
@@ -272,8 +291,10 @@ def signature_layout(signature: str, global_params: Mapping[str, np.ndarray], se
         return _layout_from_names(bank_keys, global_params)
     pairs = lora_pairs(global_params) if signature in ("auto", "lora") else []
     if signature == "lora" and not pairs:
-        raise ValueError(f"signature='lora' needs LoRA factors (<module>.lora_A.weight with its lora_B twin) in "
-                         f"the payload; got keys such as {sorted(global_params)[:3]}")
+        raise ValueError(
+            f"signature='lora' needs LoRA factors (<module>.lora_A.weight with its lora_B twin) in "
+            f"the payload; got keys such as {sorted(global_params)[:3]}"
+        )
     norms: tuple[str, ...] = ()
     if signature == "norm":
         norms = selector.select(global_params)
@@ -282,19 +303,30 @@ def signature_layout(signature: str, global_params: Mapping[str, np.ndarray], se
             norms = selector.select(global_params)
         except ValueError:
             if not pairs:
-                raise ValueError(f"signature='auto' found neither LoRA factors (<module>.lora_A.weight with its "
-                                 f"lora_B twin) nor normalization parameters ({selector!r}) among the payload's "
-                                 f"keys, such as {sorted(global_params)[:3]}; pass selector= or "
-                                 f"signature=") from None
-        if pairs and norms and clients and 2 * sum(_changed(client, global_params, norms) for client in clients) \
-                < len(clients):
+                raise ValueError(
+                    f"signature='auto' found neither LoRA factors (<module>.lora_A.weight with its "
+                    f"lora_B twin) nor normalization parameters ({selector!r}) among the payload's "
+                    f"keys, such as {sorted(global_params)[:3]}; pass selector= or "
+                    f"signature="
+                ) from None
+        if (
+            pairs
+            and norms
+            and clients
+            and 2 * sum(_changed(client, global_params, norms) for client in clients) < len(clients)
+        ):
             norms = ()
     entries = [(key, key, "delta", tuple(np.shape(global_params[key]))) for key in norms]
-    entries += [(name, source, statistic, (length,))
-                for name, source, statistic, length in lora_entries(pairs, global_params)]
+    entries += [
+        (name, source, statistic, (length,)) for name, source, statistic, length in lora_entries(pairs, global_params)
+    ]
     entries.sort()
-    return SignatureLayout(tuple(entry[0] for entry in entries), tuple(entry[3] for entry in entries),
-                           tuple(entry[1] for entry in entries), tuple(entry[2] for entry in entries))
+    return SignatureLayout(
+        tuple(entry[0] for entry in entries),
+        tuple(entry[3] for entry in entries),
+        tuple(entry[1] for entry in entries),
+        tuple(entry[2] for entry in entries),
+    )
 
 
 def _is_magnitude(name: str) -> bool:
@@ -313,8 +345,9 @@ def _layout_from_names(names: Sequence[str], global_params: Mapping[str, np.ndar
         suffix = next((suffix for suffix in _LORA_STATISTICS if name.endswith(suffix)), None)
         source = name[: -len(suffix)] if suffix else name
         if source not in global_params:
-            raise ValueError(f"the history bank's signature entry {name!r} reads {source!r}, which the payload "
-                             f"does not hold")
+            raise ValueError(
+                f"the history bank's signature entry {name!r} reads {source!r}, which the payload does not hold"
+            )
         shape = np.shape(global_params[source])
         if suffix:
             if len(shape) != 2:

@@ -41,8 +41,8 @@ perturbation in the sketch's null space (see ``docs/attacks.md``, threat model).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -50,19 +50,23 @@ from scipy.spatial.distance import squareform
 
 from ._robust import _run_blocks
 
-
 #: Names of the sketch's block and of the round stamp in the bank's layout (they follow the normalization keys).
 SKETCH_KEY = "__fedlns_update_sketch__"
 ROUND_KEY = "__fedlns_round__"
 #: Below this mean cosine within the majority group there is no shared direction to be separated from (updates
 #: of noise, or a stalled model): no group is separated. Language-model updates measured 0.3-0.6.
 MIN_COHERENCE = 0.1
-_CHUNK = 1 << 20          # coordinates per sign draw and fold
-_CACHED_CHUNKS = 64       # sign draws kept between rounds (64 MiB at most)
+_CHUNK = 1 << 20  # coordinates per sign draw and fold
+_CACHED_CHUNKS = 64  # sign draws kept between rounds (64 MiB at most)
 
 
-def update_sketch(global_params: Mapping[str, np.ndarray], client_params: Mapping[str, np.ndarray],
-                  keys: Sequence[str], dim: int, seed: int) -> tuple[np.ndarray, float]:
+def update_sketch(
+    global_params: Mapping[str, np.ndarray],
+    client_params: Mapping[str, np.ndarray],
+    keys: Sequence[str],
+    dim: int,
+    seed: int,
+) -> tuple[np.ndarray, float]:
     """The random-sign folded sketch ``S (w_i - w)`` (length ``dim``) over ``keys``, and ``||w_i - w||``.
 
     The sign of coordinate ``p`` of the concatenated update depends only on ``(seed, p)``, so every client of
@@ -80,8 +84,13 @@ def update_sketch(global_params: Mapping[str, np.ndarray], client_params: Mappin
     return sketches[0], float(norms[0])
 
 
-def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Mapping[str, np.ndarray]],
-                   keys: Sequence[str], dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def sketch_updates(
+    global_params: Mapping[str, np.ndarray],
+    clients: Sequence[Mapping[str, np.ndarray]],
+    keys: Sequence[str],
+    dim: int,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sketches (N, dim) and update norms (N,) of N clients.
 
     Each update is formed, signed and folded in the parameters' precision (float32 for float32 models, float64
@@ -93,14 +102,13 @@ def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Ma
     """
     sketches = np.zeros((len(clients), dim))
     squared = np.zeros(len(clients))
-    segments = []                                   # (key, start, stop, first coordinate, working dtype)
+    segments = []  # (key, start, stop, first coordinate, working dtype)
     offset = 0
     for key in keys:
         size = np.asarray(global_params[key]).size
         dtype = np.asarray(global_params[key]).dtype
         dtype = np.result_type(dtype, np.float32) if np.issubdtype(dtype, np.inexact) else np.dtype(np.float64)
-        segments += [(key, start, min(start + _CHUNK, size), offset + start, dtype)
-                     for start in range(0, size, _CHUNK)]
+        segments += [(key, start, min(start + _CHUNK, size), offset + start, dtype) for start in range(0, size, _CHUNK)]
         offset += size
 
     def work(rows: slice) -> None:
@@ -111,8 +119,9 @@ def sketch_updates(global_params: Mapping[str, np.ndarray], clients: Sequence[Ma
             signs = _signs(seed, first, n, dtype)
             buffer = buffers.setdefault(dtype, np.empty(min(offset, _CHUNK), dtype=dtype))[:n]
             for row in range(rows.start, rows.stop):
-                update = np.subtract(np.asarray(clients[row][key]).reshape(-1)[start:stop], reference,
-                                     out=buffer, dtype=dtype)
+                update = np.subtract(
+                    np.asarray(clients[row][key]).reshape(-1)[start:stop], reference, out=buffer, dtype=dtype
+                )
                 squared[row] += float(np.dot(update, update))
                 _fold(np.multiply(update, signs, out=update), first % dim, sketches[row])
 
@@ -129,7 +138,7 @@ def _signs(seed: int, first: int, size: int, dtype: np.dtype) -> np.ndarray:
     while done < size:
         chunk, within = divmod(first + done, _CHUNK)
         step = min(size - done, _CHUNK - within)
-        np.multiply(_sign_bits(seed, chunk)[within:within + step], 2, out=out[done:done + step], dtype=dtype)
+        np.multiply(_sign_bits(seed, chunk)[within : within + step], 2, out=out[done : done + step], dtype=dtype)
         done += step
     out -= 1
     return out
@@ -158,12 +167,12 @@ def _fold(values: np.ndarray, shift: int, out: np.ndarray) -> None:
     """
     k = out.size
     head = min((k - shift) % k, values.size)
-    out[shift:shift + head] += values[:head]
+    out[shift : shift + head] += values[:head]
     rows = (values.size - head) // k
     if rows:
-        out += values[head:head + rows * k].reshape(rows, k).sum(axis=0)
-    tail = values[head + rows * k:]
-    out[:tail.size] += tail
+        out += values[head : head + rows * k].reshape(rows, k).sum(axis=0)
+    tail = values[head + rows * k :]
+    out[: tail.size] += tail
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -183,9 +192,9 @@ def recent_rows(stamps: np.ndarray, recent: int) -> np.ndarray:
 class PopulationGroups:
     """The recent bank's majority group and the groups separated from it (boolean masks over the entries)."""
 
-    majority: np.ndarray                  # (R,) bool
-    separated: tuple[np.ndarray, ...]     # each (R,) bool
-    within: float                         # mean cosine between distinct majority entries
+    majority: np.ndarray  # (R,) bool
+    separated: tuple[np.ndarray, ...]  # each (R,) bool
+    within: float  # mean cosine between distinct majority entries
 
 
 def population_groups(cosines: np.ndarray, *, max_groups: int, separation: float) -> PopulationGroups | None:
@@ -219,8 +228,13 @@ def population_groups(cosines: np.ndarray, *, max_groups: int, separation: float
     pairs = cosines[np.ix_(majority, majority)]
     count = int(majority.sum())
     within = float((pairs.sum() - np.trace(pairs)) / max(count * (count - 1), 1))
-    separated = tuple(labels == label for label in np.unique(labels) if label != largest and within >= MIN_COHERENCE
-                      and cosines[np.ix_(majority, labels == label)].mean() < separation * within)
+    separated = tuple(
+        labels == label
+        for label in np.unique(labels)
+        if label != largest
+        and within >= MIN_COHERENCE
+        and cosines[np.ix_(majority, labels == label)].mean() < separation * within
+    )
     return PopulationGroups(majority, separated, within)
 
 
@@ -228,16 +242,26 @@ def population_groups(cosines: np.ndarray, *, max_groups: int, separation: float
 class SupportOutcome:
     """What the support rule decided for the round's N clients (canonical order)."""
 
-    retained: np.ndarray                  # (N,) bool
-    reasons: tuple[str, ...]              # (N,) "" for a retained client
-    support: np.ndarray                   # (N,) mean cosine to the majority group (nan without one)
+    retained: np.ndarray  # (N,) bool
+    reasons: tuple[str, ...]  # (N,) "" for a retained client
+    support: np.ndarray  # (N,) mean cosine to the majority group (nan without one)
     groups: PopulationGroups | None
-    loud_threshold: float | None          # None where the bank's scores have no spread
+    loud_threshold: float | None  # None where the bank's scores have no spread
 
 
-def support_rule(scores: np.ndarray, sketches: np.ndarray, bank_sketches: np.ndarray, own: np.ndarray,
-                 stamps: np.ndarray, bank_scores: np.ndarray, *, recent: int, max_groups: int, separation: float,
-                 loud_separation: float) -> SupportOutcome:
+def support_rule(
+    scores: np.ndarray,
+    sketches: np.ndarray,
+    bank_sketches: np.ndarray,
+    own: np.ndarray,
+    stamps: np.ndarray,
+    bank_scores: np.ndarray,
+    *,
+    recent: int,
+    max_groups: int,
+    separation: float,
+    loud_separation: float,
+) -> SupportOutcome:
     """Decide a round by the population's groups of full updates and the loud-normalization test.
 
     Parameters
@@ -261,7 +285,7 @@ def support_rule(scores: np.ndarray, sketches: np.ndarray, bank_sketches: np.nda
     groups = population_groups(bank @ bank.T, max_groups=max_groups, separation=separation)
     support = np.full(n, np.nan)
     if groups is not None:
-        cosines = _unit(sketches) @ bank.T                                        # (N, R)
+        cosines = _unit(sketches) @ bank.T  # (N, R)
         for i in range(n):
             others = np.ones(rows.size, dtype=bool)
             if own[i] >= 0 and position[own[i]] >= 0:
@@ -275,9 +299,11 @@ def support_rule(scores: np.ndarray, sketches: np.ndarray, bank_sketches: np.nda
                 else:
                     closer = bool(group[position[own[i]]])
                 if closer:
-                    reasons[i] = (f"in a group separated from the population's majority (its update's mean "
-                                  f"cosine {support[i]:.3g} to the majority's {int(majority.sum())} recent "
-                                  f"entries, whose own is {groups.within:.3g})")
+                    reasons[i] = (
+                        f"in a group separated from the population's majority (its update's mean "
+                        f"cosine {support[i]:.3g} to the majority's {int(majority.sum())} recent "
+                        f"entries, whose own is {groups.within:.3g})"
+                    )
                     break
     loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
@@ -293,9 +319,11 @@ def loud_reasons(scores: np.ndarray, reference: np.ndarray, loud_separation: flo
     threshold = centre + loud_separation * spread if spread > 0 else None
     if threshold is not None:
         for i in np.flatnonzero(scores > threshold).tolist():
-            reasons[i] = reasons[i] or (f"loud normalization change (delta {scores[i]:.3g} above "
-                                        f"{threshold:.3g}: {loud_separation:g} robust widths over "
-                                        f"the bank's median {centre:.3g})")
+            reasons[i] = reasons[i] or (
+                f"loud normalization change (delta {scores[i]:.3g} above "
+                f"{threshold:.3g}: {loud_separation:g} robust widths over "
+                f"the bank's median {centre:.3g})"
+            )
     return threshold
 
 
@@ -305,5 +333,4 @@ def clip_scales(norms: Mapping, retained: Sequence, quantile: float = 0.5) -> di
     if not retained:
         return {}
     limit = float(np.quantile([norms[client_id] for client_id in retained], quantile))
-    return {client_id: (min(1.0, limit / norms[client_id]) if norms[client_id] > 0 else 1.0)
-            for client_id in retained}
+    return {client_id: (min(1.0, limit / norms[client_id]) if norms[client_id] > 0 else 1.0) for client_id in retained}

@@ -35,9 +35,18 @@ class SyntheticFederation:
         Gaussian draws, random stream included.
     """
 
-    def __init__(self, n_clients: int = 200, malicious_fraction: float = 0.4, *, n_layers: int = 12,
-                 width: int = 256, shift: float = 1.5, heterogeneity: float = 0.3, seed: int = 0,
-                 noise_df: float | None = None):
+    def __init__(
+        self,
+        n_clients: int = 200,
+        malicious_fraction: float = 0.4,
+        *,
+        n_layers: int = 12,
+        width: int = 256,
+        shift: float = 1.5,
+        heterogeneity: float = 0.3,
+        seed: int = 0,
+        noise_df: float | None = None,
+    ):
         if noise_df is not None and not noise_df > 2:
             raise ValueError(f"noise_df must be above 2 (finite variance) or None, got {noise_df!r}")
         self.noise_df = noise_df
@@ -52,17 +61,22 @@ class SyntheticFederation:
                 for kind in ("weight", "bias"):
                     self.norm_shapes[f"transformer.h.{layer}.{norm}.{kind}"] = (width,)
         self.norm_shapes.update({"transformer.ln_f.weight": (width,), "transformer.ln_f.bias": (width,)})
-        self.other_shapes = {"transformer.wte.weight": (32, 16), "transformer.h.0.attn.c_attn.weight": (16, 48),
-                             "transformer.h.0.attn.c_proj.bias": (16,)}
+        self.other_shapes = {
+            "transformer.wte.weight": (32, 16),
+            "transformer.h.0.attn.c_attn.weight": (16, 48),
+            "transformer.h.0.attn.c_proj.bias": (16,),
+        }
         dimension = sum(shape[0] for shape in self.norm_shapes.values())
-        self.noise_scale = 1e-3 * np.exp(rng.normal(0.0, 0.5, dimension))              # (D,)
-        self.base_drift = self.noise_scale * rng.normal(0.0, 2.0, dimension)           # (D,)
+        self.noise_scale = 1e-3 * np.exp(rng.normal(0.0, 0.5, dimension))  # (D,)
+        self.base_drift = self.noise_scale * rng.normal(0.0, 2.0, dimension)  # (D,)
         self.client_offset = heterogeneity * self.noise_scale * rng.standard_normal((n_clients, dimension))
         self.attack_direction = shift * self.noise_scale * rng.choice([-1.0, 1.0], dimension)
         # float32 throughout: python scalars do not widen a float32 array
-        self.global_params = {name: (1.0 if name.endswith("weight") and ".ln_" in name else 0.0)
-                              + 0.02 * rng.standard_normal(shape).astype(np.float32)
-                              for name, shape in {**self.norm_shapes, **self.other_shapes}.items()}
+        self.global_params = {
+            name: (1.0 if name.endswith("weight") and ".ln_" in name else 0.0)
+            + 0.02 * rng.standard_normal(shape).astype(np.float32)
+            for name, shape in {**self.norm_shapes, **self.other_shapes}.items()
+        }
 
     @property
     def dimension(self) -> int:
@@ -73,7 +87,7 @@ class SyntheticFederation:
         decay = 1.0 / np.sqrt(1.0 + round_index / 10.0)
         if self.noise_df is None:
             noise = self.rng.standard_normal(self.dimension)
-        else:                                   # unit variance: var(t_df) = df / (df - 2)
+        else:  # unit variance: var(t_df) = df / (df - 2)
             noise = self.rng.standard_t(self.noise_df, self.dimension) * np.sqrt((self.noise_df - 2) / self.noise_df)
         value = decay * self.base_drift + self.client_offset[client_id] + self.noise_scale * noise
         if client_id in self.malicious:
@@ -85,7 +99,7 @@ class SyntheticFederation:
         flat, offset, model = self.signature(client_id, round_index), 0, {}
         for name, shape in self.norm_shapes.items():
             size = int(np.prod(shape))
-            model[name] = (self.global_params[name] + flat[offset: offset + size]).astype(np.float32)
+            model[name] = (self.global_params[name] + flat[offset : offset + size]).astype(np.float32)
             offset += size
         for name, other_shape in self.other_shapes.items():
             model[name] = (self.global_params[name] + 1e-3 * self.rng.standard_normal(other_shape)).astype(np.float32)

@@ -35,9 +35,7 @@ def check_client_id(client_id) -> ClientId:
         return client_id
     if isinstance(client_id, numbers.Integral):
         return int(client_id)
-    raise TypeError(
-        f"client id {client_id!r} has unsupported type {type(client_id).__name__}; use str or int"
-    )
+    raise TypeError(f"client id {client_id!r} has unsupported type {type(client_id).__name__}; use str or int")
 
 
 def id_sort_key(client_id: ClientId):
@@ -56,11 +54,12 @@ def check_global_params(global_params) -> dict[str, np.ndarray]:
         if not isinstance(key, str):
             raise TypeError(f"global_params: key {key!r} is not a str")
         array, problem = read_array(value)
-        if array is None:               # then problem says why
+        if array is None:  # then problem says why
             raise TypeError(f"global_params: key {key!r} {problem}")
         if array.dtype.kind not in _REAL_KINDS:
-            raise TypeError(f"global_params: key {key!r} has unsupported dtype {array.dtype} "
-                            "(real floating or integer arrays only)")
+            raise TypeError(
+                f"global_params: key {key!r} has unsupported dtype {array.dtype} (real floating or integer arrays only)"
+            )
         if not all_finite(array):
             raise ValueError(f"global_params: key {key!r} has non-finite values (NaN or Inf)")
         checked[key] = array
@@ -73,7 +72,7 @@ def read_array(value) -> tuple[np.ndarray | None, str | None]:
         return np.asarray(value), None
     try:
         return np.asarray(value), None
-    except Exception as error:          # noqa: BLE001 - ragged lists, a raising __array__, ...: all client input
+    except Exception as error:  # noqa: BLE001 - ragged lists, a raising __array__, ...: all client input
         return None, f"cannot be read as an array ({type(error).__name__}: {escape_text(str(error), 120)})"
 
 
@@ -109,7 +108,7 @@ def _magnitude_bound(array: np.ndarray) -> float | None:
 def value_limit(dtype: np.dtype) -> tuple[float, float]:
     """Closed range a client value must lie in to be averaged into a parameter of ``dtype``."""
     if dtype.kind == "f":
-        half = float(np.finfo(dtype).max) / 2     # w + alpha (w_i - w) cannot overflow
+        half = float(np.finfo(dtype).max) / 2  # w + alpha (w_i - w) cannot overflow
         return -half, half
     info = np.iinfo(dtype)
     return float(info.min), float(info.max)
@@ -142,7 +141,7 @@ def client_problem(client_params, global_params: Mapping[str, np.ndarray]) -> tu
         return f"parameters must be a mapping of str to arrays, got {type(client_params).__name__}", {}
     try:
         names = list(client_params.keys())
-    except Exception as error:          # noqa: BLE001 - a hostile mapping
+    except Exception as error:  # noqa: BLE001 - a hostile mapping
         return f"parameter names cannot be read ({type(error).__name__})", {}
     present = {name for name in names if isinstance(name, str)}
     missing = [key for key in global_params if key not in present]
@@ -151,7 +150,7 @@ def client_problem(client_params, global_params: Mapping[str, np.ndarray]) -> tu
     extra = [key for key in names if not isinstance(key, str) or key not in global_params]
     if extra:
         return f"unexpected key{'s' if len(extra) > 1 else ''} {_listed(extra)}", {}
-    with np.errstate(over="ignore", invalid="ignore"):         # for _magnitude_bound's dot products
+    with np.errstate(over="ignore", invalid="ignore"):  # for _magnitude_bound's dot products
         return _read_arrays(client_params, global_params)
 
 
@@ -161,10 +160,10 @@ def _read_arrays(client_params, global_params: Mapping[str, np.ndarray]) -> tupl
     for key, reference in global_params.items():
         try:
             value = client_params[key]
-        except Exception as error:      # noqa: BLE001
+        except Exception as error:  # noqa: BLE001
             return f"key {key!r} cannot be read ({type(error).__name__})", {}
         array, problem = read_array(value)
-        if array is None:               # then problem says why
+        if array is None:  # then problem says why
             return f"key {key!r} {problem}", {}
         if array.dtype.kind not in _REAL_KINDS:
             return f"key {key!r} has unsupported dtype {array.dtype} (real floating or integer only)", {}
@@ -208,8 +207,7 @@ def escape_text(text: str, limit: int = 200) -> str:
         text = str(text)
     if len(text) > limit:
         text = text[:limit] + "..."
-    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() or not text.isascii() \
-        else text
+    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() or not text.isascii() else text
 
 
 def _listed(keys, limit: int = 3) -> str:

@@ -22,8 +22,12 @@ _A, _B = ".lora_A.weight", ".lora_B.weight"
 
 
 def _deprecated(name: str) -> None:
-    warnings.warn(f"fedlns_core.experimental.{name} is deprecated: FedLNS(signature='lora') (or the default "
-                  f"'auto') screens LoRA payloads directly", FutureWarning, stacklevel=3)
+    warnings.warn(
+        f"fedlns_core.experimental.{name} is deprecated: FedLNS(signature='lora') (or the default "
+        f"'auto') screens LoRA payloads directly",
+        FutureWarning,
+        stacklevel=3,
+    )
 
 
 def lora_selector() -> NormSelector:
@@ -43,8 +47,10 @@ def lora_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
     _deprecated("lora_signature")
     modules = [a[: -len(_A)] for a, _ in lora_pairs(global_params) if a.endswith(_A)]
     if not modules:
-        raise ValueError(f"lora_signature needs LoRA entries (<module>{_A} and <module>{_B}) in the payload; "
-                         f"got keys such as {sorted(global_params)[:3]}")
+        raise ValueError(
+            f"lora_signature needs LoRA entries (<module>{_A} and <module>{_B}) in the payload; "
+            f"got keys such as {sorted(global_params)[:3]}"
+        )
     views: dict[object, dict[str, np.ndarray]] = {}
     for client, params in client_params.items():
         views[client] = {}
@@ -55,10 +61,15 @@ def lora_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
                     raise ValueError(f"client {client!r} did not send {module + suffix!r}")
                 value = np.asarray(params[module + suffix])
                 if value.shape != reference.shape:
-                    raise ValueError(f"client {client!r}: {module + suffix!r} has shape {value.shape}, the global "
-                                     f"one {reference.shape}")
+                    raise ValueError(
+                        f"client {client!r}: {module + suffix!r} has shape {value.shape}, the global "
+                        f"one {reference.shape}"
+                    )
                 views[client][f"{module}{LORA_SIGNATURE_INFIX}{part}"] = out = np.empty(reference.shape[axis])
                 change_norms(value, reference, statistic, out)
-    zeros = {f"{module}{LORA_SIGNATURE_INFIX}{part}": np.zeros(np.shape(global_params[module + suffix])[axis])
-             for module in modules for part, suffix, axis in (("A", _A, 1), ("B", _B, 0))}
+    zeros = {
+        f"{module}{LORA_SIGNATURE_INFIX}{part}": np.zeros(np.shape(global_params[module + suffix])[axis])
+        for module in modules
+        for part, suffix, axis in (("A", _A, 1), ("B", _B, 0))
+    }
     return zeros, views

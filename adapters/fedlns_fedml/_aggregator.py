@@ -8,9 +8,9 @@ import numbers
 import os
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Sequence
 
 import numpy as np
 from fedml.core import Context
@@ -162,18 +162,28 @@ class FedLNSAggregatorMixin:
     get_model_params: Callable[[], Any]
     on_after_aggregation: Callable[[Any], Any]
 
-    def __init__(self, model, args, *, screener: FedLNS,
-                 aggregator: Callable | None = None,
-                 rule: Callable | None = None,
-                 state_path: str | os.PathLike | None = None,
-                 log_path: str | os.PathLike | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        model,
+        args,
+        *,
+        screener: FedLNS,
+        aggregator: Callable | None = None,
+        rule: Callable | None = None,
+        state_path: str | os.PathLike | None = None,
+        log_path: str | os.PathLike | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(model, args, **kwargs)  # type: ignore[call-arg]  # FedML's ServerAggregator
         if not isinstance(screener, FedLNS):
             raise TypeError(f"screener must be a fedlns_core.FedLNS, got {type(screener).__name__}")
         screener.validate_params()
         if rule is not None:
-            warnings.warn(f"{type(self).__name__}(rule=...) is now aggregator=...; rule= will be removed",
-                          FutureWarning, stacklevel=2)
+            warnings.warn(
+                f"{type(self).__name__}(rule=...) is now aggregator=...; rule= will be removed",
+                FutureWarning,
+                stacklevel=2,
+            )
             aggregator = aggregator if aggregator is not None else rule
         if aggregator is not None and not callable(aggregator):
             raise TypeError(f"aggregator must be callable or None, got {type(aggregator).__name__}")
@@ -217,8 +227,9 @@ class FedLNSAggregatorMixin:
         upstream, positions = super().on_before_aggregation(entries)  # type: ignore[misc]  # FedML's
         positions = [int(position) for position in positions]
         if len(upstream) != len(positions):
-            raise RuntimeError(f"wrapped on_before_aggregation returned {len(upstream)} entries "
-                               f"but {len(positions)} indices")
+            raise RuntimeError(
+                f"wrapped on_before_aggregation returned {len(upstream)} entries but {len(positions)} indices"
+            )
         pending = self._screen(list(upstream), [client_ids[p] for p in positions], client_ids, positions)
         kept = [upstream[positions.index(p)] for p in pending.record.kept_positions]
         pending.handed_out = tuple(id(entry[1]) for entry in kept)
@@ -236,13 +247,15 @@ class FedLNSAggregatorMixin:
             # Screening again would count the round twice in the bank; refuse instead.
             raise RuntimeError(
                 "aggregate() got a different list from the one on_before_aggregation() returned "
-                f"for round {pending.record.round}; pass the returned list unchanged")
+                f"for round {pending.record.round}; pass the returned list unchanged"
+            )
         result = pending.record.screening
-        if result is None:                      # the round could not be screened: keep w_t
+        if result is None:  # the round could not be screened: keep w_t
             return snapshot(self._global_state)
         new_global = to_state_dict(
             result.aggregate(pending.global_arrays, pending.client_arrays, aggregator=self.aggregator),
-            self._global_state)
+            self._global_state,
+        )
         # The result is the next broadcast w_{t+1}. The cross-device server sends it without
         # calling set_model_params; where set_model_params follows (cross-silo, sp), it
         # replaces this copy with what was finally installed (e.g. after central DP noise).
@@ -254,10 +267,14 @@ class FedLNSAggregatorMixin:
     def _round_client_ids(self, count: int) -> tuple:
         """Client id of each list position (see the class notes for the order of sources)."""
         explicit, self._next_client_ids = self._next_client_ids, None
-        candidates = [("set_round_client_ids", explicit),
-                      ("args.client_id_list", _parse_id_list(getattr(self.args, "client_id_list", None))),
-                      ("Context client_id_list_in_this_round",
-                       _parse_id_list(Context().get(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND)))]
+        candidates = [
+            ("set_round_client_ids", explicit),
+            ("args.client_id_list", _parse_id_list(getattr(self.args, "client_id_list", None))),
+            (
+                "Context client_id_list_in_this_round",
+                _parse_id_list(Context().get(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND)),
+            ),
+        ]
         for source, ids in candidates:
             if ids is not None and len(ids) == count:
                 return tuple(_plain_id(client_id) for client_id in ids)
@@ -265,7 +282,8 @@ class FedLNSAggregatorMixin:
                 raise ValueError(f"set_round_client_ids gave {len(ids)} ids for a list of {count} entries")
         raise RuntimeError(
             f"FedLNS cannot name the {count} clients of this round: neither set_round_client_ids, "
-            "args.client_id_list nor FedML's Context has one id per entry")
+            "args.client_id_list nor FedML's Context has one id per entry"
+        )
 
     def _screen(self, entries, entry_ids, all_ids, positions) -> _Pending:
         """Read the entries, screen the readable ones, log and remember the decision."""
@@ -285,16 +303,23 @@ class FedLNSAggregatorMixin:
             except EntryError as error:
                 unreadable[client_id] = f"invalid: {error}"
             except Exception as error:  # noqa: BLE001 - one entry never stops the round
-                unreadable[client_id] = (f"invalid: entry cannot be converted "
-                                         f"({type(error).__name__}: {escape_text(str(error), 200)})")
+                unreadable[client_id] = (
+                    f"invalid: entry cannot be converted ({type(error).__name__}: {escape_text(str(error), 200)})"
+                )
         round_index = self.screener.round_
         try:
             result, failure_text = self.screener.screen(global_arrays, client_arrays, counts), None
-        except ValueError as failure:           # screen() changed nothing: hold this round
+        except ValueError as failure:  # screen() changed nothing: hold this round
             result, failure_text = None, str(failure)
         kept = () if result is None else tuple(position_of[c] for c in result.retained)
-        record = RoundRecord(client_ids=tuple(all_ids), kept_positions=kept, screening=result,
-                             unreadable=unreadable, error=failure_text, round=round_index)
+        record = RoundRecord(
+            client_ids=tuple(all_ids),
+            kept_positions=kept,
+            screening=result,
+            unreadable=unreadable,
+            error=failure_text,
+            round=round_index,
+        )
         self._record(record)
         return _Pending(record, global_arrays, client_arrays, handed_out=())
 
@@ -302,11 +327,15 @@ class FedLNSAggregatorMixin:
         """Keep, log, persist (state and JSON line, via the shared journal) one round's decision."""
         self.records.append(record)
         for client_id, reason in record.unreadable.items():
-            logger.warning("FedLNS round %d: client %s unreadable: %s", record.round,
-                           escape_text(str(client_id), 80), reason)
+            logger.warning(
+                "FedLNS round %d: client %s unreadable: %s", record.round, escape_text(str(client_id), 80), reason
+            )
         if record.screening is None:
-            logger.error("FedLNS round %d could not be screened; global model kept: %s", record.round,
-                         escape_text(record.error or "", 400))
+            logger.error(
+                "FedLNS round %d could not be screened; global model kept: %s",
+                record.round,
+                escape_text(record.error or "", 400),
+            )
         else:
             logger.info("FedLNS %s", record.screening.explain())
         self.journal.record(self.screener if record.screening is not None else None, record.to_dict())

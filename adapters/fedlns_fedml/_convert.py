@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
+
 from fedlns_torch import tensor_to_numpy
 
 

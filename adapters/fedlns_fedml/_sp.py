@@ -78,5 +78,6 @@ def _fedavg_api(simulation) -> FedAvgAPI:
     if not isinstance(candidate, FedAvgAPI):
         raise TypeError(
             f"expected a single-process FedAvg simulation (FedMLRunner with backend 'sp' and "
-            f"federated_optimizer 'FedAvg'), got {type(candidate).__name__}")
+            f"federated_optimizer 'FedAvg'), got {type(candidate).__name__}"
+        )
     return candidate

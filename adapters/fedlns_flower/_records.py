@@ -81,21 +81,15 @@ def read_train_reply(message: Message, weighted_by_key: str) -> tuple[dict[str, 
     """
     content = message.content
     if len(content.array_records) != 1:
-        raise ReplyError(
-            f"expected exactly one ArrayRecord, got {len(content.array_records)}"
-        )
+        raise ReplyError(f"expected exactly one ArrayRecord, got {len(content.array_records)}")
     if len(content.metric_records) != 1:
-        raise ReplyError(
-            f"expected exactly one MetricRecord, got {len(content.metric_records)}"
-        )
+        raise ReplyError(f"expected exactly one MetricRecord, got {len(content.metric_records)}")
     metrics = next(iter(content.metric_records.values()))
     if weighted_by_key not in metrics:
         raise ReplyError(f"MetricRecord lacks the example-count metric {escape_text(repr(weighted_by_key))}")
     count = metrics[weighted_by_key]
     if isinstance(count, bool) or not isinstance(count, Real):
-        raise ReplyError(
-            f"metric {weighted_by_key!r} must be a single number, got {type(count).__name__}"
-        )
+        raise ReplyError(f"metric {weighted_by_key!r} must be a single number, got {type(count).__name__}")
     arrays = arrayrecord_to_numpy(next(iter(content.array_records.values())))
     return arrays, count
 

@@ -142,9 +142,7 @@ class FedLNSStrategy(Strategy):
         """Pass through to the inner strategy."""
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Pass through to the inner strategy."""
         return self.strategy.aggregate_evaluate(server_round, replies)
 
@@ -192,7 +190,7 @@ class FedLNSStrategy(Strategy):
             return self._current_arrays, MetricRecord({"fedlns-failed": 1})
 
     def _screen_and_aggregate(self, server_round: int, replies: list[Message]):
-        assert self._current_arrays is not None      # set by configure_train before any reply
+        assert self._current_arrays is not None  # set by configure_train before any reply
         global_arrays = _arrays_of(self._current_arrays)
         readable, dropped = self._read_replies(replies, global_arrays)
 
@@ -307,8 +305,9 @@ class FedLNSStrategy(Strategy):
                 len(self.screener.bank),
             )
 
-    def _record(self, server_round: int, result: ScreeningResult | None, dropped: dict,
-                error: str | None = None) -> None:
+    def _record(
+        self, server_round: int, result: ScreeningResult | None, dropped: dict, error: str | None = None
+    ) -> None:
         """Keep the round's decision; save the screener and append the JSON line (shared journal)."""
         self.results.append(
             {"server_round": server_round, "screening": result, "dropped": dict(dropped), "error": error}

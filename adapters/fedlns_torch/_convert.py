@@ -31,8 +31,7 @@ def _as_state_dict(model_or_state_dict) -> Mapping[str, torch.Tensor]:
     if isinstance(model_or_state_dict, Mapping):
         return model_or_state_dict
     raise TypeError(
-        "expected a torch.nn.Module or a state dict (Mapping[str, Tensor]), "
-        f"got {type(model_or_state_dict).__name__}"
+        f"expected a torch.nn.Module or a state dict (Mapping[str, Tensor]), got {type(model_or_state_dict).__name__}"
     )
 
 
@@ -154,9 +153,7 @@ def _check_arrays(state_dict: Mapping[str, torch.Tensor], arrays: Mapping[str, n
     for key, value in arrays.items():
         shape = tuple(np.shape(value))
         if shape != tuple(state_dict[key].shape):
-            raise ValueError(
-                f"key {key!r} has shape {shape}, expected {tuple(state_dict[key].shape)}"
-            )
+            raise ValueError(f"key {key!r} has shape {shape}, expected {tuple(state_dict[key].shape)}")
 
 
 def _new_tensors(state_dict: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -172,9 +169,7 @@ def _new_tensors(state_dict: Mapping[str, torch.Tensor], arrays: Mapping[str, np
     return new_state
 
 
-def load_numpy_into_model(
-    model: nn.Module, arrays: Mapping[str, np.ndarray], *, strict: bool = True
-) -> None:
+def load_numpy_into_model(model: nn.Module, arrays: Mapping[str, np.ndarray], *, strict: bool = True) -> None:
     """Copy named numpy arrays into a model's tensors, in the model's dtype and device.
 
     Parameters

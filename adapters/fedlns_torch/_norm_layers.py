@@ -35,6 +35,4 @@ def _is_norm_module(module: nn.Module) -> bool:
     """True for torch norm layers and for any class in the MRO named like a norm layer."""
     if isinstance(module, _TORCH_NORM_TYPES):
         return True
-    return any(
-        cls.__name__.endswith(_NORM_NAME_SUFFIXES) for cls in type(module).__mro__
-    )
+    return any(cls.__name__.endswith(_NORM_NAME_SUFFIXES) for cls in type(module).__mro__)

@@ -61,11 +61,7 @@ def norm_parameter_names(model: nn.Module, *, trainable_only: bool = True) -> tu
     >>> norm_parameter_names(block)
     ('1.weight', '1.bias')
     """
-    names = tuple(
-        name
-        for name, parameter in _norm_parameters(model)
-        if parameter.requires_grad or not trainable_only
-    )
+    names = tuple(name for name, parameter in _norm_parameters(model) if parameter.requires_grad or not trainable_only)
     if _peft.is_peft_model(model):
         payload_keys = _peft.payload_keys_of(model, names)
         return tuple(payload_keys[name] for name in names if name in payload_keys)

@@ -29,9 +29,7 @@ def is_peft_model(model) -> bool:
 
 def _require_peft_model(model) -> None:
     if not is_peft_model(model):
-        raise TypeError(
-            f"expected a peft.PeftModel (from peft.get_peft_model), got {type(model).__name__}"
-        )
+        raise TypeError(f"expected a peft.PeftModel (from peft.get_peft_model), got {type(model).__name__}")
 
 
 def _payload(model, adapter_name: str | None) -> dict[str, torch.Tensor]:
@@ -268,9 +266,7 @@ def make_norms_trainable(peft_config_or_model, model: nn.Module | None = None):
     if is_peft_model(peft_config_or_model):
         return _wrap_norms_in_place(peft_config_or_model)
     if not isinstance(peft_config_or_model, PeftConfig):
-        raise TypeError(
-            f"expected a peft.PeftConfig or peft.PeftModel, got {type(peft_config_or_model).__name__}"
-        )
+        raise TypeError(f"expected a peft.PeftConfig or peft.PeftModel, got {type(peft_config_or_model).__name__}")
     config = peft_config_or_model
     if not isinstance(model, nn.Module):
         raise TypeError("make_norms_trainable(config, model): pass the base model whose norm layers should train")

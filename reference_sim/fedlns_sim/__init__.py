@@ -14,7 +14,7 @@ __all__ = ["Config", "make_config", "run"]
 
 
 def __getattr__(name):
-    if name == "run":   # imported on first use: the round loop needs torch, the report does not
+    if name == "run":  # imported on first use: the round loop needs torch, the report does not
         from .run import run
 
         return run

@@ -81,20 +81,24 @@ def _archived_files(name: str, files: dict[str, bytes]) -> dict[str, bytes]:
     if not runfiles.parse_records(files["rounds.jsonl"]):
         raise ValueError(f"{name}: its rounds.jsonl holds no record")
     meta = json.loads(files["config.json"])
-    if meta["config"]["data"] != "synthetic":   # a folder path of this machine: the data source names the text
+    if meta["config"]["data"] != "synthetic":  # a folder path of this machine: the data source names the text
         meta["config"]["data"] = ""
-    return {"config.json": json.dumps(meta, indent=2).encode(), "rounds.jsonl": files["rounds.jsonl"],
-            "state.json": json.dumps({"round": _completed_round(files), "checkpoint": None}).encode()}
+    return {
+        "config.json": json.dumps(meta, indent=2).encode(),
+        "rounds.jsonl": files["rounds.jsonl"],
+        "state.json": json.dumps({"round": _completed_round(files), "checkpoint": None}).encode(),
+    }
 
 
 def default_cells(metas: list[dict], names: list[str]) -> list[str]:
     """Per family, FedLNS at the largest fraction, IID if present, lowest seed: the cells most worth checking."""
     cells = []
     for family in FAMILIES:
-        candidates = [(meta["config"]["partition"] != "iid", -meta["config"]["malicious_fraction"],
-                       meta["config"]["seed"], name)
-                      for meta, name in zip(metas, names)
-                      if meta["config"]["family"] == family and meta["config"]["method"] == "fedlns"]
+        candidates = [
+            (meta["config"]["partition"] != "iid", -meta["config"]["malicious_fraction"], meta["config"]["seed"], name)
+            for meta, name in zip(metas, names)
+            if meta["config"]["family"] == family and meta["config"]["method"] == "fedlns"
+        ]
         if candidates:
             cells.append(min(candidates)[-1])
     return cells
@@ -122,7 +126,7 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
             raise FileNotFoundError(f"{results} holds no archived run {name}")
         meta = json.loads(archived[name]["config.json"])
         values = dict(meta["config"], **({"data": data} if data is not None else {}))
-        config = config_from_dict(values)   # settings added since the run was made take their defaults
+        config = config_from_dict(values)  # settings added since the run was made take their defaults
         added = sorted(set(config.to_dict()) - set(meta["config"]))
         if added:
             print(f"{name}: settings added since it was made, at their defaults: {', '.join(added)}")
@@ -137,8 +141,10 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
         actual = runfiles.read_records(scratch / config.run_name())
         same_code = (meta.get("code") or {}).get("source") == current
         difference = first_difference(expected, actual)
-        print(f"{name}: {'same numbers' if difference is None else f'DIFFERENT: {difference}'} "
-              f"({len(actual) - 1} rounds; archived code {'=' if same_code else '!='} this code)")
+        print(
+            f"{name}: {'same numbers' if difference is None else f'DIFFERENT: {difference}'} "
+            f"({len(actual) - 1} rounds; archived code {'=' if same_code else '!='} this code)"
+        )
         if difference is None:
             exact += 1
             continue
@@ -161,23 +167,32 @@ def closeness(expected: list[dict], actual: list[dict]) -> dict:
     from .report.stats import best_checkpoint, finite_loss, last10_loss, perplexity
 
     pairs = [(old, new) for old, new in zip(expected, actual) if old.get("round") == new.get("round")]
-    loss = [abs(new["eval_loss"] - old["eval_loss"]) / abs(old["eval_loss"]) for old, new in pairs
-            if old.get("eval_loss") is not None and new.get("eval_loss") is not None]
+    loss = [
+        abs(new["eval_loss"] - old["eval_loss"]) / abs(old["eval_loss"])
+        for old, new in pairs
+        if old.get("eval_loss") is not None and new.get("eval_loss") is not None
+    ]
     decided = [(old, new) for old, new in pairs if "label" in old or "label" in new]
     flipped = sum(old.get("label") != new.get("label") for old, new in decided)
 
-    def perplexities(records):   # best checkpoint and last 10 rounds, as the report reads them
+    def perplexities(records):  # best checkpoint and last 10 rounds, as the report reads them
         if not any(r["round"] >= 1 for r in records):
             return float("nan"), float("nan")
         return perplexity(finite_loss(best_checkpoint(records))), perplexity(last10_loss(records))
 
     (best_old, last_old), (best_new, last_new) = perplexities(expected), perplexities(actual)
     largest = max(abs(best_new - best_old) / best_old, abs(last_new - last_old) / last_old)
-    text = (f"evaluation loss within {max(loss, default=0.0):.1e} (relative) over {len(pairs)} rounds; screening "
-            f"labels differ in {flipped} of {len(decided)} rounds; best perplexity {best_old:.2f} -> {best_new:.2f}, "
-            f"last-10 {last_old:.2f} -> {last_new:.2f}")
-    return {"largest_loss_difference": max(loss, default=0.0), "label_rounds_differing": flipped,
-            "largest_ppl_difference": largest if math.isfinite(largest) else float("inf"), "text": text}
+    text = (
+        f"evaluation loss within {max(loss, default=0.0):.1e} (relative) over {len(pairs)} rounds; screening "
+        f"labels differ in {flipped} of {len(decided)} rounds; best perplexity {best_old:.2f} -> {best_new:.2f}, "
+        f"last-10 {last_old:.2f} -> {last_new:.2f}"
+    )
+    return {
+        "largest_loss_difference": max(loss, default=0.0),
+        "label_rounds_differing": flipped,
+        "largest_ppl_difference": largest if math.isfinite(largest) else float("inf"),
+        "text": text,
+    }
 
 
 def first_difference(expected: list[dict], actual: list[dict]) -> str | None:

@@ -97,8 +97,9 @@ class Attack:
         self.tokenizer = tokenizer
         self.config = config
 
-    def apply(self, inputs: torch.Tensor, targets: torch.Tensor, generator: torch.Generator
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+    def apply(
+        self, inputs: torch.Tensor, targets: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One batch of a malicious client -> poisoned (inputs, targets); must not modify its arguments."""
         return inputs, targets
 
@@ -108,8 +109,9 @@ class Attack:
         (result,) = trained.values()
         return result
 
-    def craft(self, global_params: dict, client_params: dict, malicious: list, norm_keys,
-              rng: np.random.Generator) -> dict:
+    def craft(
+        self, global_params: dict, client_params: dict, malicious: list, norm_keys, rng: np.random.Generator
+    ) -> dict:
         """Models the round's clients send, given what each trained (``malicious`` lists the round's attackers);
         returns new dicts for the attackers it changes, the others unchanged."""
         return client_params
@@ -121,6 +123,7 @@ class Attack:
 
 # ------------------------------------------------------------------------------------------ data poisoning
 
+
 class TargetCorruption(Attack):
     """The paper's attack: inputs unchanged; each supervised target (``targets != IGNORE``; for MLM these are only
     the masked positions) is replaced with probability ``p_corr`` by a uniformly random valid token, never a
@@ -131,7 +134,7 @@ class TargetCorruption(Attack):
     def __init__(self, tokenizer: Tokenizer, config=None, p_corr: float | None = None):
         super().__init__(tokenizer, config)
         self.p_corr = p_corr if p_corr is not None else (config.p_corr if config is not None else 1.0)
-        self.candidates = valid_target_ids(tokenizer)   # (n_valid,)
+        self.candidates = valid_target_ids(tokenizer)  # (n_valid,)
 
     def apply(self, inputs, targets, generator):
         supervised = targets != IGNORE
@@ -154,30 +157,31 @@ class Backdoor(Attack):
         if len(self.trigger) == 0 or len(self.target) == 0:
             raise ValueError("backdoor_trigger and backdoor_target must encode to at least one token each")
 
-    def stamp(self, blocks: torch.Tensor, rows: torch.Tensor, generator: torch.Generator
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+    def stamp(
+        self, blocks: torch.Tensor, rows: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write trigger + target into ``rows`` of (B, L) ``blocks`` at random positions; returns the new blocks and
         a (B, L) mask of the target tokens' positions."""
         blocks = blocks.clone()
         span = len(self.trigger) + len(self.target)
-        low = 1 if self.mlm else 0                          # keep BERT's [CLS] and [SEP]
+        low = 1 if self.mlm else 0  # keep BERT's [CLS] and [SEP]
         high = blocks.shape[1] - span - (1 if self.mlm else 0)
         if high <= low:
             raise ValueError(f"blocks of {blocks.shape[1]} tokens cannot hold the trigger and target ({span} tokens)")
         where = torch.zeros_like(blocks, dtype=torch.bool)
         for row in rows.tolist():
             start = int(torch.randint(low, high + 1, (1,), generator=generator))
-            blocks[row, start:start + len(self.trigger)] = self.trigger
+            blocks[row, start : start + len(self.trigger)] = self.trigger
             stop = start + span
-            blocks[row, stop - len(self.target):stop] = self.target
-            where[row, stop - len(self.target):stop] = True
+            blocks[row, stop - len(self.target) : stop] = self.target
+            where[row, stop - len(self.target) : stop] = True
         return blocks, where
 
     def apply(self, inputs, targets, generator):
         rows = torch.nonzero(torch.rand(len(inputs), generator=generator) < self.fraction).flatten()
         if not len(rows):
             return inputs, targets
-        if self.mlm:   # the continuation is masked and must be predicted; the rest of the row keeps its masks
+        if self.mlm:  # the continuation is masked and must be predicted; the rest of the row keeps its masks
             stamped, where = self.stamp(inputs, rows, generator)
             stamped[where] = self.tokenizer.mask_id
             new_targets = targets.clone()
@@ -186,7 +190,7 @@ class Backdoor(Attack):
             return stamped, new_targets
         stamped, _ = self.stamp(inputs, rows, generator)
         new_targets = targets.clone()
-        new_targets[rows, :-1] = stamped[rows, 1:]          # next-token targets of the rewritten rows
+        new_targets[rows, :-1] = stamped[rows, 1:]  # next-token targets of the rewritten rows
         return stamped, new_targets
 
     def _target_grid(self, where: torch.Tensor) -> torch.Tensor:
@@ -208,13 +212,13 @@ class Backdoor(Attack):
         else:
             inputs = stamped
             predicted_at = torch.zeros_like(where)
-            predicted_at[:, :-1] = where[:, 1:]              # position j predicts token j + 1
+            predicted_at[:, :-1] = where[:, 1:]  # position j predicts token j + 1
         model.eval()
         hits = total = 0
         for start in range(0, len(inputs), 64):
-            logits = model(input_ids=inputs[start:start + 64].to(device)).logits.argmax(-1).cpu()
-            truth = stamped[start:start + 64][where[start:start + 64]]
-            guess = logits[predicted_at[start:start + 64]]
+            logits = model(input_ids=inputs[start : start + 64].to(device)).logits.argmax(-1).cpu()
+            truth = stamped[start : start + 64][where[start : start + 64]]
+            guess = logits[predicted_at[start : start + 64]]
             hits += int((guess == truth).sum())
             total += int(truth.numel())
         return {"backdoor_asr": hits / max(total, 1)}
@@ -222,14 +226,19 @@ class Backdoor(Attack):
 
 # ------------------------------------------------------------------------------------------ model poisoning
 
+
 def _updates(global_params: dict, params: dict) -> dict:
-    return {k: np.asarray(params[k], dtype=np.float64) - np.asarray(global_params[k], dtype=np.float64)
-            for k in global_params}
+    return {
+        k: np.asarray(params[k], dtype=np.float64) - np.asarray(global_params[k], dtype=np.float64)
+        for k in global_params
+    }
 
 
 def _model(global_params: dict, update: dict) -> dict:
-    return {k: (np.asarray(global_params[k], dtype=np.float64) + update[k]).astype(global_params[k].dtype)
-            for k in global_params}
+    return {
+        k: (np.asarray(global_params[k], dtype=np.float64) + update[k]).astype(global_params[k].dtype)
+        for k in global_params
+    }
 
 
 def _flat(update: dict, keys) -> np.ndarray:
@@ -239,7 +248,7 @@ def _flat(update: dict, keys) -> np.ndarray:
 def _unflat(flat: np.ndarray, like: dict, keys) -> dict:
     out, start = {}, 0
     for k in keys:
-        out[k] = flat[start:start + like[k].size].reshape(like[k].shape)
+        out[k] = flat[start : start + like[k].size].reshape(like[k].shape)
         start += like[k].size
     return out
 
@@ -257,8 +266,9 @@ class _Colluding(Attack):
         keys = sorted(global_params)
         updates = {c: _flat(_updates(global_params, p), keys) for c, p in client_params.items()}
         benign = [updates[c] for c in client_params if c not in malicious] or [updates[c] for c in malicious]
-        crafted = self.crafted(np.stack(benign), [updates[c] for c in malicious], len(client_params),
-                               len(malicious), rng)
+        crafted = self.crafted(
+            np.stack(benign), [updates[c] for c in malicious], len(client_params), len(malicious), rng
+        )
         out = dict(client_params)
         for client, flat in zip(malicious, crafted):
             out[client] = _model(global_params, _unflat(flat, global_params, keys))
@@ -278,7 +288,7 @@ class SignFlip(_Colluding):
 
 class Scaling(_Colluding):
     name = "scaling"
-    trainings = ("poisoned",)                                # poisoned training, then boosted
+    trainings = ("poisoned",)  # poisoned training, then boosted
 
     def crafted(self, benign, own, n, f, rng):
         scale = self.config.attack_scale if self.config.attack_scale > 0 else float(n)
@@ -361,6 +371,7 @@ class MinMax(_Colluding):
 
 # ------------------------------------------------------------------------------------------ adaptive
 
+
 class NormMimicry(TargetCorruption):
     """Normalization parameters from a clean run, everything else from a corrupted one."""
 
@@ -380,8 +391,11 @@ class NormFreeze(TargetCorruption):
 
     def local_result(self, trained, global_params, norm_keys):
         poisoned, n_examples, loss = trained["poisoned"]
-        return {k: np.array(global_params[k], copy=True) if k in norm_keys else v for k, v in poisoned.items()}, \
-            n_examples, loss
+        return (
+            {k: np.array(global_params[k], copy=True) if k in norm_keys else v for k, v in poisoned.items()},
+            n_examples,
+            loss,
+        )
 
 
 class Decoy(TargetCorruption):
@@ -396,8 +410,12 @@ class Decoy(TargetCorruption):
         decoy = min(malicious)
         out = dict(client_params)
         params = client_params[decoy]
-        out[decoy] = {k: (global_params[k] + scale * (params[k] - global_params[k])).astype(params[k].dtype)
-                      if k in norm_keys else params[k] for k in params}
+        out[decoy] = {
+            k: (global_params[k] + scale * (params[k] - global_params[k])).astype(params[k].dtype)
+            if k in norm_keys
+            else params[k]
+            for k in params
+        }
         return out
 
 
@@ -433,8 +451,10 @@ class NormNoise(TargetCorruption):
         if not malicious or not benign:
             return client_params
         out = dict(client_params)
-        scale = {k: float(np.sqrt(np.mean([np.mean(np.square(client_params[c][k] - global_params[k]))
-                                           for c in benign]))) for k in norm_keys}
+        scale = {
+            k: float(np.sqrt(np.mean([np.mean(np.square(client_params[c][k] - global_params[k])) for c in benign])))
+            for k in norm_keys
+        }
         for client in malicious:
             params = dict(client_params[client])
             for key in norm_keys:
@@ -444,8 +464,9 @@ class NormNoise(TargetCorruption):
         return out
 
 
-def band_mimic_update(poisoned: np.ndarray, benign: np.ndarray, norm_mask: np.ndarray, iterations: int = 30
-                      ) -> np.ndarray:
+def band_mimic_update(
+    poisoned: np.ndarray, benign: np.ndarray, norm_mask: np.ndarray, iterations: int = 30
+) -> np.ndarray:
     """The poisoned update moved towards the benign mean until it sits in the benign band (``band_mimic``).
 
     ``u(lam) = mean + lam (poisoned - mean)`` with the largest lam in [0, 1] whose cosine to the mean is at least
@@ -525,9 +546,12 @@ class LoraQuiet(TargetCorruption):
         if not malicious or not benign:
             return client_params
         fraction = self.config.attack_scale if self.config.attack_scale > 0 else 0.5
-        targets = {key: fraction * min(np.linalg.norm(client_params[c][key].astype(np.float64) - global_params[key])
-                                       for c in benign)
-                   for pair in _lora_factors(global_params) for key in pair}
+        targets = {
+            key: fraction
+            * min(np.linalg.norm(client_params[c][key].astype(np.float64) - global_params[key]) for c in benign)
+            for pair in _lora_factors(global_params)
+            for key in pair
+        }
         out = dict(client_params)
         for client in malicious:
             params = dict(client_params[client])
@@ -553,10 +577,11 @@ class LoraBand(TargetCorruption):
             return client_params
         out = {c: (dict(p) if c in malicious else p) for c, p in client_params.items()}
         for a, b in _lora_factors(global_params):
-            for key, axis in ((a, 0), (b, 1)):        # A: (r, d_in), norms of columns; B: (d_out, r), of rows
+            for key, axis in ((a, 0), (b, 1)):  # A: (r, d_in), norms of columns; B: (d_out, r), of rows
                 reference = np.asarray(global_params[key], dtype=np.float64)
-                target = np.median([np.linalg.norm(client_params[c][key] - reference, axis=axis) for c in benign],
-                                   axis=0)
+                target = np.median(
+                    [np.linalg.norm(client_params[c][key] - reference, axis=axis) for c in benign], axis=0
+                )
                 for client in malicious:
                     change = client_params[client][key] - reference
                     size = np.linalg.norm(change, axis=axis)
@@ -574,7 +599,7 @@ class MajorityOnly(TargetCorruption):
 
     def __init__(self, tokenizer, config=None):
         super().__init__(tokenizer, config)
-        self._clean: list[dict] = []     # this round's clean models, in the order the attackers were trained
+        self._clean: list[dict] = []  # this round's clean models, in the order the attackers were trained
 
     def local_result(self, trained, global_params, norm_keys):
         self._clean.append(trained["clean"][0])
@@ -598,8 +623,9 @@ class IPMSearch(_Colluding):
         if not malicious or server is None or len(malicious) == len(client_params):
             return super().craft(global_params, client_params, malicious, norm_keys, rng)
         keys = sorted(global_params)
-        benign = np.stack([_flat(_updates(global_params, p), keys) for c, p in client_params.items()
-                           if c not in malicious])
+        benign = np.stack(
+            [_flat(_updates(global_params, p), keys) for c, p in client_params.items() if c not in malicious]
+        )
         mean = benign.mean(axis=0)
         best, best_distance = None, -1.0
         for gamma in self.GRID:
@@ -611,13 +637,33 @@ class IPMSearch(_Colluding):
                 best, best_distance = sent, distance
         return best
 
-    def crafted(self, benign, own, n, f, rng):   # no server to search against: plain IPM
+    def crafted(self, benign, own, n, f, rng):  # no server to search against: plain IPM
         return [-0.1 * benign.mean(axis=0) for _ in own]
 
 
-ATTACKS = {cls.name: cls for cls in (TargetCorruption, Backdoor, SignFlip, Scaling, Gaussian, ALIE, IPM, MinMax,
-                                     NormMimicry, NormFreeze, Decoy, DeltaBudget, NormNoise, BandMimic, IPMSearch,
-                                     LoraQuiet, LoraBand, MajorityOnly)}
+ATTACKS = {
+    cls.name: cls
+    for cls in (
+        TargetCorruption,
+        Backdoor,
+        SignFlip,
+        Scaling,
+        Gaussian,
+        ALIE,
+        IPM,
+        MinMax,
+        NormMimicry,
+        NormFreeze,
+        Decoy,
+        DeltaBudget,
+        NormNoise,
+        BandMimic,
+        IPMSearch,
+        LoraQuiet,
+        LoraBand,
+        MajorityOnly,
+    )
+}
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"
 
 

@@ -36,16 +36,26 @@ def client_batches(blocks: np.ndarray, config, task: str, tokenizer, attack, gen
     for _ in range(config.local_epochs):
         order = torch.randperm(len(data), generator=generator)
         for start in range(0, len(data), config.batch_size):
-            batch = data[order[start:start + config.batch_size]]
+            batch = data[order[start : start + config.batch_size]]
             inputs, targets = make_batch(batch, task, tokenizer, config.mlm_probability, generator)
             if attack is not None:
                 inputs, targets = attack.apply(inputs, targets, generator)
             yield inputs, targets
 
 
-def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray, config, task: str, tokenizer,
-                 attack=None, seed: int = 0, round_index: int = 0, client: int = 0, device: str = "cpu"
-                 ) -> tuple[dict[str, np.ndarray], float, float]:
+def train_client(
+    model,
+    global_params: dict[str, np.ndarray],
+    blocks: np.ndarray,
+    config,
+    task: str,
+    tokenizer,
+    attack=None,
+    seed: int = 0,
+    round_index: int = 0,
+    client: int = 0,
+    device: str = "cpu",
+) -> tuple[dict[str, np.ndarray], float, float]:
     """Train one client from the global weights; returns (local params, n examples processed, mean loss).
 
     ``blocks`` is the client's (n_blocks, block_size) data; ``attack``, if given, rewrites every batch. Every
@@ -57,7 +67,7 @@ def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray
     model.train()
     generator = torch.Generator().manual_seed(stream_seed(seed, "batches", round_index, client))
     torch.manual_seed(stream_seed(seed, "dropout", round_index, client))
-    trainable = [p for p in model.parameters() if p.requires_grad]   # all of them, except under PEFT
+    trainable = [p for p in model.parameters() if p.requires_grad]  # all of them, except under PEFT
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
     n_examples, losses = 0, []
     for inputs, targets in client_batches(blocks, config, task, tokenizer, attack, generator):
@@ -70,8 +80,16 @@ def train_client(model, global_params: dict[str, np.ndarray], blocks: np.ndarray
     return get_params(model), float(n_examples), float(np.mean(losses))
 
 
-def train_clients(model, global_params: dict[str, np.ndarray], jobs: list, config, task: str, tokenizer,
-                  device: str = "cpu", batched: bool = False):
+def train_clients(
+    model,
+    global_params: dict[str, np.ndarray],
+    jobs: list,
+    config,
+    task: str,
+    tokenizer,
+    device: str = "cpu",
+    batched: bool = False,
+):
     """Train the clients of ``jobs`` (:class:`TrainingJob`); yields what :func:`train_client` returns, per job, in
     order: all together as one batched model (``batched``, :func:`train_clients_batched`), or one at a time, each
     when its result is asked for (so only the results taken so far are held)."""
@@ -79,11 +97,23 @@ def train_clients(model, global_params: dict[str, np.ndarray], jobs: list, confi
         yield from train_clients_batched(model, global_params, jobs, config, task, tokenizer, device)
         return
     for job in jobs:
-        yield train_client(model, global_params, job.blocks, config, task, tokenizer, attack=job.attack,
-                           seed=job.seed, round_index=job.round_index, client=job.client, device=device)
+        yield train_client(
+            model,
+            global_params,
+            job.blocks,
+            config,
+            task,
+            tokenizer,
+            attack=job.attack,
+            seed=job.seed,
+            round_index=job.round_index,
+            client=job.client,
+            device=device,
+        )
 
 
 # ------------------------------------------------------------------------------------------ batched clients
+
 
 @dataclass(frozen=True)
 class TrainingJob:
@@ -110,8 +140,15 @@ def why_not_batched(model, config) -> str | None:
     return None
 
 
-def train_clients_batched(model, global_params: dict[str, np.ndarray], jobs: list[TrainingJob], config, task: str,
-                          tokenizer, device: str = "cpu") -> list[tuple[dict[str, np.ndarray], float, float]]:
+def train_clients_batched(
+    model,
+    global_params: dict[str, np.ndarray],
+    jobs: list[TrainingJob],
+    config,
+    task: str,
+    tokenizer,
+    device: str = "cpu",
+) -> list[tuple[dict[str, np.ndarray], float, float]]:
     """Train the clients of ``jobs`` together; returns what :func:`train_client` returns, per job, in order.
 
     Every client's parameters are one slice of stacked tensors (K, ...) and the model runs once per step over
@@ -135,16 +172,18 @@ def train_clients_batched(model, global_params: dict[str, np.ndarray], jobs: lis
     for job in jobs:
         generator = torch.Generator().manual_seed(stream_seed(job.seed, "batches", job.round_index, job.client))
         batches.append(list(client_batches(job.blocks, config, task, tokenizer, job.attack, generator)))
-    order = sorted(range(len(jobs)), key=lambda k: -len(batches[k]))   # still training: always a prefix
+    order = sorted(range(len(jobs)), key=lambda k: -len(batches[k]))  # still training: always a prefix
     batches = [batches[k] for k in order]
     n_jobs = len(jobs)
     named = dict(model.named_parameters())
-    stacked = {name: p.detach().to(device).unsqueeze(0).repeat(n_jobs, *([1] * p.dim())).requires_grad_(True)
-               for name, p in named.items()}
+    stacked = {
+        name: p.detach().to(device).unsqueeze(0).repeat(n_jobs, *([1] * p.dim())).requires_grad_(True)
+        for name, p in named.items()
+    }
     buffers = dict(model.named_buffers())
     first_moment = {name: torch.zeros_like(p) for name, p in stacked.items()}
     second_moment = {name: torch.zeros_like(p) for name, p in stacked.items()}
-    beta1, beta2 = 0.9, 0.999                       # torch.optim.AdamW's defaults, as train_client uses
+    beta1, beta2 = 0.9, 0.999  # torch.optim.AdamW's defaults, as train_client uses
     lr, weight_decay, eps = config.learning_rate, config.weight_decay, 1e-8
 
     def logits_of(params, inputs):
@@ -163,19 +202,20 @@ def train_clients_batched(model, global_params: dict[str, np.ndarray], jobs: lis
             targets = torch.full((active, rows, length), IGNORE, dtype=batches[0][step][1].dtype)
             for k in range(active):
                 batch_inputs, batch_targets = batches[k][step]
-                inputs[k, :len(batch_inputs)] = batch_inputs
-                targets[k, :len(batch_targets)] = batch_targets
+                inputs[k, : len(batch_inputs)] = batch_inputs
+                targets[k, : len(batch_targets)] = batch_targets
                 n_examples[k] += len(batch_inputs)
             inputs, targets = inputs.to(device), targets.to(device)
             logits = batched_logits({name: p[:active] for name, p in stacked.items()}, inputs)
-            entropy = F.cross_entropy(logits.flatten(0, 2).float(), targets.flatten(), ignore_index=IGNORE,
-                                      reduction="none").view(active, -1)
+            entropy = F.cross_entropy(
+                logits.flatten(0, 2).float(), targets.flatten(), ignore_index=IGNORE, reduction="none"
+            ).view(active, -1)
             per_client = entropy.sum(dim=1) / (targets != IGNORE).view(active, -1).sum(dim=1)
             per_client.sum().backward()
             with torch.no_grad():
                 count = step + 1
-                step_size = lr / (1 - beta1 ** count)
-                root = (1 - beta2 ** count) ** 0.5
+                step_size = lr / (1 - beta1**count)
+                root = (1 - beta2**count) ** 0.5
                 for name, p in stacked.items():
                     param, grad = p.data[:active], p.grad[:active]
                     m, v = first_moment[name][:active], second_moment[name][:active]

@@ -23,22 +23,52 @@ PEFT_METHODS = ("", "lora")
 PARTITIONS = ("iid", "noniid")
 PARTITION_NAMES = {"iid": "IID", "noniid": "Non-IID"}
 # Every method, in table order, with its display name.
-METHOD_NAMES = {"fedavg": "FedAvg", "norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median",
-                "trimmed_mean": "Trimmed", "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS",
-                "fedlns_default": "FedLNS (default)", "fedlns_support": "FedLNS (support rule)",
-                "fedlns_two": "FedLNS (2-GMM)", "fedlns_multi_krum": "FedLNS + Multi-Krum",
-                "fedlns_median": "FedLNS + Median", "fedlns_norm_bound": "FedLNS + Norm-Bound",
-                "oracle": "Oracle (benign only)"}
+METHOD_NAMES = {
+    "fedavg": "FedAvg",
+    "norm_bounded_fedavg": "Norm-Bound",
+    "coordinate_median": "Median",
+    "trimmed_mean": "Trimmed",
+    "multi_krum": "Multi-Krum",
+    "flame": "FLAME",
+    "fedlns": "FedLNS",
+    "fedlns_default": "FedLNS (default)",
+    "fedlns_support": "FedLNS (support rule)",
+    "fedlns_two": "FedLNS (2-GMM)",
+    "fedlns_multi_krum": "FedLNS + Multi-Krum",
+    "fedlns_median": "FedLNS + Median",
+    "fedlns_norm_bound": "FedLNS + Norm-Bound",
+    "oracle": "Oracle (benign only)",
+}
 METHODS = tuple(METHOD_NAMES)
 BASELINES = ("fedavg", "norm_bounded_fedavg", "coordinate_median", "trimmed_mean", "multi_krum", "flame")
-COMPARED = (*BASELINES, "fedlns")            # the paper's comparison (fig:attack40_ppl)
+COMPARED = (*BASELINES, "fedlns")  # the paper's comparison (fig:attack40_ppl)
 # Defence in depth: FedLNS screens, then a full-update rule aggregates what it retained.
-COMPOSED = {"fedlns_multi_krum": "multi_krum", "fedlns_median": "coordinate_median",
-            "fedlns_norm_bound": "norm_bounded_fedavg"}
+COMPOSED = {
+    "fedlns_multi_krum": "multi_krum",
+    "fedlns_median": "coordinate_median",
+    "fedlns_norm_bound": "norm_bounded_fedavg",
+}
 # Attacks (attacks.py implements one class per name; docs there).
-ATTACK_NAMES = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
-                "norm_mimicry", "norm_freeze", "decoy", "delta_budget", "norm_noise", "band_mimic", "ipm_search",
-                "lora_quiet", "lora_band", "majority_only")
+ATTACK_NAMES = (
+    "target_corruption",
+    "backdoor",
+    "sign_flip",
+    "scaling",
+    "gaussian",
+    "alie",
+    "ipm",
+    "minmax",
+    "norm_mimicry",
+    "norm_freeze",
+    "decoy",
+    "delta_budget",
+    "norm_noise",
+    "band_mimic",
+    "ipm_search",
+    "lora_quiet",
+    "lora_band",
+    "majority_only",
+)
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
 # References, not defences: the oracle reads the ground truth (which clients are malicious).
@@ -69,35 +99,35 @@ class Config:
     """Everything one simulated run depends on (the paper's GPT/WikiText defaults)."""
 
     # experiment
-    family: str = "gpt"                   # gpt | bert | llama
-    method: str = "fedlns"                # see METHODS
-    partition: str = "iid"                # iid | noniid
-    malicious_fraction: float = 0.4       # over the whole population
+    family: str = "gpt"  # gpt | bert | llama
+    method: str = "fedlns"  # see METHODS
+    partition: str = "iid"  # iid | noniid
+    malicious_fraction: float = 0.4  # over the whole population
     seed: int = 100
     # federation (tab:app_fl_protocol)
     num_clients: int = 200
-    participation: float = 0.1            # clients per round = round(participation * num_clients)
+    participation: float = 0.1  # clients per round = round(participation * num_clients)
     rounds: int = 200
-    activation_coverage: float = 0.5      # M_act / K; the paper's default M_act = 100 of 200
+    activation_coverage: float = 0.5  # M_act / K; the paper's default M_act = 100 of 200
     # attack (tab:app_attack_config)
-    attack: str = "target_corruption"     # see attacks.ATTACKS
+    attack: str = "target_corruption"  # see attacks.ATTACKS
     p_corr: float = 1.0
-    attack_scale: float = 0.0             # sign_flip, scaling, alie (z), ipm (epsilon), decoy, lora_quiet; 0 = default
-    attack_noise: float = 0.01            # gaussian: standard deviation of the sent update's coordinates
-    attack_fraction: float = 0.5          # backdoor: share of an attacker's blocks that carry the trigger
+    attack_scale: float = 0.0  # sign_flip, scaling, alie (z), ipm (epsilon), decoy, lora_quiet; 0 = default
+    attack_noise: float = 0.01  # gaussian: standard deviation of the sent update's coordinates
+    attack_fraction: float = 0.5  # backdoor: share of an attacker's blocks that carry the trigger
     backdoor_trigger: str = "cf mn bb"
     backdoor_target: str = "attack at dawn"
     # data and tokenization (tab:app_dataset_tokenization, tab:app_optimization_eval)
-    data: str = ""                        # data folder; "" -> $FEDLNS_DATA, ../shared/data, else synthetic
-    tokenizer: str = "pretrained"         # pretrained | bpe (trained on the training split)
-    vocab_size: int = 0                   # size of the trained BPE vocabulary (tokenizer="bpe")
+    data: str = ""  # data folder; "" -> $FEDLNS_DATA, ../shared/data, else synthetic
+    tokenizer: str = "pretrained"  # pretrained | bpe (trained on the training split)
+    vocab_size: int = 0  # size of the trained BPE vocabulary (tokenizer="bpe")
     block_size: int = 128
-    max_train_examples: int = 0           # documents (LLaMA: 50,000 posts); 0 = full split
-    max_eval_examples: int = 0            # documents (LLaMA: 5,000); 0 = full split
-    max_train_blocks: int = 0             # cap on training blocks before partitioning; 0 = all
+    max_train_examples: int = 0  # documents (LLaMA: 50,000 posts); 0 = full split
+    max_eval_examples: int = 0  # documents (LLaMA: 5,000); 0 = full split
+    max_train_blocks: int = 0  # cap on training blocks before partitioning; 0 = all
     eval_batches: int = 200
     eval_batch_size: int = 8
-    eval_masks: int = 1                   # MLM only: independent masking draws of the evaluation blocks
+    eval_masks: int = 1  # MLM only: independent masking draws of the evaluation blocks
     mlm_probability: float = 0.15
     # model (tab:app_model_architectures); 0 means "the family's default"
     n_layer: int = 12
@@ -106,45 +136,45 @@ class Config:
     n_kv_head: int = 0
     intermediate_size: int = 0
     max_position_embeddings: int = 128
-    dropout: float = 0.1                  # GPT only; BERT and LLaMA keep their config defaults
+    dropout: float = 0.1  # GPT only; BERT and LLaMA keep their config defaults
     # client optimisation (tab:app_optimization_eval)
     local_epochs: int = 3
     batch_size: int = 8
     learning_rate: float = 3e-4
     weight_decay: float = 0.01
     # method parameters; negative means "from the malicious fraction" (tab:app_robust_agg_params)
-    norm_bound: float = 0.0               # 0 -> the aggregator's own default
+    norm_bound: float = 0.0  # 0 -> the aggregator's own default
     trim_fraction: float = -1.0
     krum_f: int = -1
     krum_m: int = -1
     flame_noise: float = 0.001
-    mixture_solver: str = "sklearn"       # FedLNS's mixtures: sklearn (the reference, as every archived run) | fast
-    retain_rule: str = "paper"            # FedLNS: paper | for_federation (the paper-family rule rule_for_round_size gives for
-                                          # clients_per_round, docs/rules.md; the activation threshold stays this config's)
-    warmup: str = "hold"                  # FedLNS before activation: hold (the paper's eq. skip_update: the global model
-                                          # stays) | aggregate (FedAvg over every valid client until screening starts)
+    mixture_solver: str = "sklearn"  # FedLNS's mixtures: sklearn (the reference, as every archived run) | fast
+    retain_rule: str = "paper"  # FedLNS: paper | for_federation (the paper-family rule rule_for_round_size gives for
+    # clients_per_round, docs/rules.md; the activation threshold stays this config's)
+    warmup: str = "hold"  # FedLNS before activation: hold (the paper's eq. skip_update: the global model
+    # stays) | aggregate (FedAvg over every valid client until screening starts)
     # system
-    device: str = "auto"                  # auto | cpu | cuda
-    threads: int = 0                      # torch threads; 0 = leave torch's default
-    batch_clients: str = "off"            # off: one client at a time | on: a round's clients as one batched model
-                                          # (no dropout, no PEFT; equal up to float rounding) | auto: on where possible
-    record_signatures: bool = False       # FedLNS: save every client's signature per round (offline replay)
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 0  # torch threads; 0 = leave torch's default
+    batch_clients: str = "off"  # off: one client at a time | on: a round's clients as one batched model
+    # (no dropout, no PEFT; equal up to float rounding) | auto: on where possible
+    record_signatures: bool = False  # FedLNS: save every client's signature per round (offline replay)
     # fine-tuning scenario (finetune.py): a base model pretrained centrally on one corpus, then federated PEFT
     # fine-tuning on another; clients send the PEFT payload (get_peft_model_state_dict), not the whole model
-    corpus: str = ""                      # the federated clients' corpus; "" = the family's (FAMILY_CORPUS)
-    pretrain_corpus: str = ""             # "" = no base model: train from scratch (the paper)
-    pretrain_steps: int = 0               # central AdamW steps on pretrain_corpus (cached per base model)
+    corpus: str = ""  # the federated clients' corpus; "" = the family's (FAMILY_CORPUS)
+    pretrain_corpus: str = ""  # "" = no base model: train from scratch (the paper)
+    pretrain_steps: int = 0  # central AdamW steps on pretrain_corpus (cached per base model)
     pretrain_batch_size: int = 16
     pretrain_learning_rate: float = 2e-3
-    peft: str = ""                        # "" = clients send every weight (the paper) | "lora"
+    peft: str = ""  # "" = clients send every weight (the paper) | "lora"
     lora_r: int = 8
     lora_alpha: int = 16
-    lora_targets: str = ""                # comma-separated module names; "" = the family's attention projections
-    peft_norms: bool = True               # norms trainable and in the payload (fedlns_torch.make_norms_trainable)
-    signature: str = "norms"              # FedLNS's signature: norms | lora_stats | auto (methods.SIGNATURES)
-    default_rule: str = "cohort"          # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
-                                          # support (every run archived before the cohort rule: LEGACY; the report
-                                          # shows them as fedlns_support, the method that runs that rule now)
+    lora_targets: str = ""  # comma-separated module names; "" = the family's attention projections
+    peft_norms: bool = True  # norms trainable and in the payload (fedlns_torch.make_norms_trainable)
+    signature: str = "norms"  # FedLNS's signature: norms | lora_stats | auto (methods.SIGNATURES)
+    default_rule: str = "cohort"  # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
+    # support (every run archived before the cohort rule: LEGACY; the report
+    # shows them as fedlns_support, the method that runs that rule now)
 
     @property
     def clients_per_round(self) -> int:
@@ -179,23 +209,34 @@ class Config:
         changed = {k: v for k, v in experiment_fields(self.to_dict()).items() if v != defaults[k]}
         digest = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]
         attack = "" if self.attack == "target_corruption" else f"-{self.attack}"
-        return (f"{self.family}-{self.partition}-mal{_percent(self.malicious_fraction)}-{self.method}"
-                f"-act{_percent(self.activation_coverage)}-seed{self.seed}{attack}-{digest}")
+        return (
+            f"{self.family}-{self.partition}-mal{_percent(self.malicious_fraction)}-{self.method}"
+            f"-act{_percent(self.activation_coverage)}-seed{self.seed}{attack}-{digest}"
+        )
 
     def validate(self) -> Config:
         checks = [
             (self.family in FAMILIES, f"family must be one of {FAMILIES}, got {self.family!r}"),
             (self.partition in PARTITIONS, f"partition must be one of {PARTITIONS}, got {self.partition!r}"),
             (self.method in METHODS, f"method must be one of {METHODS}, got {self.method!r}"),
-            (0.0 <= self.malicious_fraction < 1.0, f"malicious_fraction must be in [0, 1), got {self.malicious_fraction}"),
+            (
+                0.0 <= self.malicious_fraction < 1.0,
+                f"malicious_fraction must be in [0, 1), got {self.malicious_fraction}",
+            ),
             (0.0 < self.participation <= 1.0, f"participation must be in (0, 1], got {self.participation}"),
-            (0.0 <= self.activation_coverage <= 1.0, f"activation_coverage must be in [0, 1], got {self.activation_coverage}"),
+            (
+                0.0 <= self.activation_coverage <= 1.0,
+                f"activation_coverage must be in [0, 1], got {self.activation_coverage}",
+            ),
             (0.0 <= self.p_corr <= 1.0, f"p_corr must be in [0, 1], got {self.p_corr}"),
             (self.attack in ATTACK_NAMES, f"attack must be one of {ATTACK_NAMES}, got {self.attack!r}"),
             (self.attack not in LORA_ATTACKS or self.peft == "lora", f"attack {self.attack!r} needs peft='lora'"),
             (0.0 <= self.attack_fraction <= 1.0, f"attack_fraction must be in [0, 1], got {self.attack_fraction}"),
             (self.attack_scale >= 0 and self.attack_noise >= 0, "attack_scale and attack_noise must be >= 0"),
-            (self.tokenizer in ("pretrained", "bpe"), f"tokenizer must be 'pretrained' or 'bpe', got {self.tokenizer!r}"),
+            (
+                self.tokenizer in ("pretrained", "bpe"),
+                f"tokenizer must be 'pretrained' or 'bpe', got {self.tokenizer!r}",
+            ),
             (self.tokenizer != "bpe" or self.vocab_size >= 64, "tokenizer='bpe' needs vocab_size >= 64"),
             (self.block_size >= 4, f"block_size must be >= 4, got {self.block_size}"),
             (self.eval_masks >= 1, f"eval_masks must be >= 1, got {self.eval_masks}"),
@@ -203,26 +244,40 @@ class Config:
             (self.n_embd % self.n_head == 0, f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}"),
             (self.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {self.device!r}"),
             (self.corpus in ("", *CORPORA), f"corpus must be one of {CORPORA} (or empty), got {self.corpus!r}"),
-            (self.pretrain_corpus in ("", *CORPORA),
-             f"pretrain_corpus must be one of {CORPORA} (or empty), got {self.pretrain_corpus!r}"),
+            (
+                self.pretrain_corpus in ("", *CORPORA),
+                f"pretrain_corpus must be one of {CORPORA} (or empty), got {self.pretrain_corpus!r}",
+            ),
             (not self.pretrain_corpus or self.pretrain_steps >= 1, "pretrain_corpus needs pretrain_steps >= 1"),
             (self.peft in PEFT_METHODS, f"peft must be one of {PEFT_METHODS}, got {self.peft!r}"),
             (not self.peft or self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}"),
-            (self.batch_clients in ("off", "on", "auto"),
-             f"batch_clients must be off, on or auto, got {self.batch_clients!r}"),
-            (self.retain_rule in ("paper", "for_federation"),
-             f"retain_rule must be paper or for_federation, got {self.retain_rule!r}"),
+            (
+                self.batch_clients in ("off", "on", "auto"),
+                f"batch_clients must be off, on or auto, got {self.batch_clients!r}",
+            ),
+            (
+                self.retain_rule in ("paper", "for_federation"),
+                f"retain_rule must be paper or for_federation, got {self.retain_rule!r}",
+            ),
             (self.warmup in ("hold", "aggregate"), f"warmup must be hold or aggregate, got {self.warmup!r}"),
-            (self.mixture_solver in MIXTURE_SOLVERS,
-             f"mixture_solver must be one of {MIXTURE_SOLVERS}, got {self.mixture_solver!r}"),
-            (self.signature in ("norms", "lora_stats", "auto"),
-             f"signature must be norms, lora_stats or auto, got {self.signature!r}"),
+            (
+                self.mixture_solver in MIXTURE_SOLVERS,
+                f"mixture_solver must be one of {MIXTURE_SOLVERS}, got {self.mixture_solver!r}",
+            ),
+            (
+                self.signature in ("norms", "lora_stats", "auto"),
+                f"signature must be norms, lora_stats or auto, got {self.signature!r}",
+            ),
             (self.signature != "lora_stats" or self.peft == "lora", "signature='lora_stats' needs peft='lora'"),
-            (self.default_rule in ("cohort", "support"),
-             f"default_rule must be cohort or support, got {self.default_rule!r}"),
-            (not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
-             "with peft_norms=false the payload carries no normalization parameter for FedLNS to screen: set "
-             "peft_norms=true (the recipe in docs/peft.md) or signature=lora_stats or auto"),
+            (
+                self.default_rule in ("cohort", "support"),
+                f"default_rule must be cohort or support, got {self.default_rule!r}",
+            ),
+            (
+                not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
+                "with peft_norms=false the payload carries no normalization parameter for FedLNS to screen: set "
+                "peft_norms=true (the recipe in docs/peft.md) or signature=lora_stats or auto",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -241,11 +296,30 @@ def _percent(fraction: float) -> str:
 # a time, with which every archived run was made.
 PAPER = {
     "gpt": dict(batch_clients="auto"),
-    "bert": dict(batch_clients="auto", n_layer=12, n_embd=256, n_head=16, intermediate_size=1024,
-                 max_position_embeddings=130, local_epochs=3, learning_rate=3e-4),
-    "llama": dict(batch_clients="auto", n_layer=8, n_embd=256, n_head=16, n_kv_head=8, intermediate_size=1536,
-                  max_position_embeddings=256, local_epochs=2, learning_rate=1e-5, eval_batches=50,
-                  max_train_examples=50_000, max_eval_examples=5_000),
+    "bert": dict(
+        batch_clients="auto",
+        n_layer=12,
+        n_embd=256,
+        n_head=16,
+        intermediate_size=1024,
+        max_position_embeddings=130,
+        local_epochs=3,
+        learning_rate=3e-4,
+    ),
+    "llama": dict(
+        batch_clients="auto",
+        n_layer=8,
+        n_embd=256,
+        n_head=16,
+        n_kv_head=8,
+        intermediate_size=1536,
+        max_position_embeddings=256,
+        local_epochs=2,
+        learning_rate=1e-5,
+        eval_batches=50,
+        max_train_examples=50_000,
+        max_eval_examples=5_000,
+    ),
 }
 
 # CPU scale, chosen from FedAvg runs alone (docs/simulator.md, "How the cpu preset was chosen"): per family, clean
@@ -258,14 +332,40 @@ PAPER = {
 # 4 (8 steps). BERT learns far less per step (only the 15% masked positions are targets): all 5,292 training
 # blocks (~53 per client), three epochs at batch 8 (21 steps), a larger learning rate, and its evaluation scores
 # five fixed mask draws of the 644 evaluation blocks (one draw scores only ~6k positions).
-_CPU_COMMON = dict(num_clients=100, rounds=40, tokenizer="bpe", vocab_size=1024, block_size=64,
-                   max_train_blocks=3200, eval_batches=13, eval_batch_size=32, n_layer=2, n_embd=64, n_head=4,
-                   max_position_embeddings=64, dropout=0.0, local_epochs=1, batch_size=4, learning_rate=2e-3,
-                   max_train_examples=0, max_eval_examples=0, threads=1)
+_CPU_COMMON = dict(
+    num_clients=100,
+    rounds=40,
+    tokenizer="bpe",
+    vocab_size=1024,
+    block_size=64,
+    max_train_blocks=3200,
+    eval_batches=13,
+    eval_batch_size=32,
+    n_layer=2,
+    n_embd=64,
+    n_head=4,
+    max_position_embeddings=64,
+    dropout=0.0,
+    local_epochs=1,
+    batch_size=4,
+    learning_rate=2e-3,
+    max_train_examples=0,
+    max_eval_examples=0,
+    threads=1,
+)
 CPU = {
     "gpt": dict(_CPU_COMMON),
-    "bert": dict(_CPU_COMMON, intermediate_size=256, max_position_embeddings=66, max_train_blocks=0,
-                 local_epochs=3, batch_size=8, learning_rate=4e-3, eval_batches=21, eval_masks=5),
+    "bert": dict(
+        _CPU_COMMON,
+        intermediate_size=256,
+        max_position_embeddings=66,
+        max_train_blocks=0,
+        local_epochs=3,
+        batch_size=8,
+        learning_rate=4e-3,
+        eval_batches=21,
+        eval_masks=5,
+    ),
     "llama": dict(_CPU_COMMON, n_kv_head=2, intermediate_size=256, max_position_embeddings=64),
 }
 
@@ -279,10 +379,28 @@ QUICK = {
 }
 
 # Seconds: for tests and CI.
-_SMOKE_COMMON = dict(num_clients=10, participation=0.5, rounds=4, tokenizer="bpe", vocab_size=128, block_size=16,
-                     max_train_blocks=80, eval_batches=2, eval_batch_size=16, n_layer=1, n_embd=16, n_head=2,
-                     max_position_embeddings=16, dropout=0.0, local_epochs=1, batch_size=4, learning_rate=3e-3,
-                     max_train_examples=0, max_eval_examples=200, threads=1)
+_SMOKE_COMMON = dict(
+    num_clients=10,
+    participation=0.5,
+    rounds=4,
+    tokenizer="bpe",
+    vocab_size=128,
+    block_size=16,
+    max_train_blocks=80,
+    eval_batches=2,
+    eval_batch_size=16,
+    n_layer=1,
+    n_embd=16,
+    n_head=2,
+    max_position_embeddings=16,
+    dropout=0.0,
+    local_epochs=1,
+    batch_size=4,
+    learning_rate=3e-3,
+    max_train_examples=0,
+    max_eval_examples=200,
+    threads=1,
+)
 SMOKE = {
     "gpt": dict(_SMOKE_COMMON),
     "bert": dict(_SMOKE_COMMON, intermediate_size=32, max_position_embeddings=18),
@@ -294,8 +412,16 @@ SMOKE = {
 # the causal models, Tiny Shakespeare for BERT). The learning rate was chosen from FedAvg runs alone (GPT, IID, seeds 11
 # and 12; docs/results/lora/README.md): the lowest clean perplexity among 2e-3, 5e-3 and 1e-2 whose 40% attack costs
 # FedAvg at least 15% at the best checkpoint on both seeds.
-_LORA_COMMON = dict(pretrain_corpus="wikitext", pretrain_steps=2000, pretrain_batch_size=16,
-                    pretrain_learning_rate=2e-3, peft="lora", lora_r=8, lora_alpha=16, learning_rate=1e-2)
+_LORA_COMMON = dict(
+    pretrain_corpus="wikitext",
+    pretrain_steps=2000,
+    pretrain_batch_size=16,
+    pretrain_learning_rate=2e-3,
+    peft="lora",
+    lora_r=8,
+    lora_alpha=16,
+    learning_rate=1e-2,
+)
 LORA = {
     "gpt": dict(CPU["gpt"], **_LORA_COMMON, corpus="stackoverflow"),
     "bert": dict(CPU["bert"], **_LORA_COMMON, corpus="shakespeare"),

@@ -33,9 +33,9 @@ IGNORE = -100  # target value of positions without supervision (torch's cross-en
 class Tokenizer:
     """The little the simulator needs from a tokenizer."""
 
-    encode: object                 # callable: str -> list[int], no special tokens added
+    encode: object  # callable: str -> list[int], no special tokens added
     vocab_size: int
-    special_ids: tuple[int, ...]   # never corrupted into, never masked
+    special_ids: tuple[int, ...]  # never corrupted into, never masked
     eos_id: int | None = None
     cls_id: int | None = None
     sep_id: int | None = None
@@ -50,8 +50,8 @@ class Corpus:
     train: np.ndarray
     eval: np.ndarray
     tokenizer: Tokenizer
-    task: str                      # "causal" | "mlm"
-    source: str                    # where the text came from, for the run record
+    task: str  # "causal" | "mlm"
+    source: str  # where the text came from, for the run record
 
 
 def resolve_data_dir(data: str = "") -> Path | None:
@@ -76,6 +76,7 @@ def resolve_data_dir(data: str = "") -> Path | None:
 
 # ----------------------------------------------------------------------------------------------- text
 
+
 def synthetic_corpus(seed: int = 0, n_train: int = 1500, n_eval: int = 200) -> tuple[list[str], list[str]]:
     """A learnable toy language: 400 pseudo-words, each followed by one of a few likely successors.
 
@@ -88,7 +89,7 @@ def synthetic_corpus(seed: int = 0, n_train: int = 1500, n_eval: int = 200) -> t
     rng = np.random.default_rng(seed)
     syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "shi", "po", "da", "ve", "zu", "qua", "ber", "tin", "gol", "fa"]
     words = sorted({"".join(rng.choice(syllables, size=rng.integers(1, 4))) for _ in range(600)})[:400]
-    successors = rng.integers(0, len(words), size=(len(words), 4))   # (n_words, 4) likely next words
+    successors = rng.integers(0, len(words), size=(len(words), 4))  # (n_words, 4) likely next words
 
     def sentence() -> str:
         current = int(rng.integers(len(words)))
@@ -111,8 +112,9 @@ def _detokenize_wikitext(line: str) -> str:
     return line.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
 
 
-def load_texts(corpus: str, data_dir: Path | None, max_train: int = 0, max_eval: int = 0
-               ) -> tuple[list[str], list[str], str]:
+def load_texts(
+    corpus: str, data_dir: Path | None, max_train: int = 0, max_eval: int = 0
+) -> tuple[list[str], list[str], str]:
     """Training and evaluation documents of a corpus (see ``config.CORPORA``; a family's name stands for its own
     corpus), and a description of their source."""
     corpus = FAMILY_CORPUS.get(corpus, corpus)
@@ -128,13 +130,15 @@ def load_texts(corpus: str, data_dir: Path | None, max_train: int = 0, max_eval:
         elif (partial / "wiki.test.raw").is_file():
             train = _read_lines(partial / "wiki.test.raw")
             test = [_detokenize_wikitext(x) for x in _read_lines(partial / "wiki.valid.tokens")]
-            source = ("WikiText-2 substitution (no train split offline): train on the raw test split, "
-                      "evaluate on the official validation split (tokenized form, detokenized)")
+            source = (
+                "WikiText-2 substitution (no train split offline): train on the raw test split, "
+                "evaluate on the official validation split (tokenized form, detokenized)"
+            )
         else:
             raise FileNotFoundError(f"{data_dir}: no wikitext-2-raw/wiki.train.raw or wikitext-2-partial/wiki.test.raw")
     elif corpus == "shakespeare":
         text = (data_dir / "tiny-shakespeare" / "input.txt").read_text(encoding="utf-8")
-        cut = text.rfind("\n", 0, int(0.9 * len(text))) + 1    # final 10% of the text is the evaluation split
+        cut = text.rfind("\n", 0, int(0.9 * len(text))) + 1  # final 10% of the text is the evaluation split
         train, test = _read_lines_from(text[:cut]), _read_lines_from(text[cut:])
         source = "Tiny Shakespeare: first 90% train, final 10% evaluation"
     elif corpus == "stackoverflow":
@@ -156,15 +160,24 @@ def _read_lines_from(text: str) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- tokenizers
 
+
 def _wrap(backend, name: str, mask_token=None, cls_token=None, sep_token=None, eos_token=None) -> Tokenizer:
     """Wrap a ``tokenizers.Tokenizer``."""
+
     def ids(token):
         return None if token is None else backend.token_to_id(token)
+
     specials = [tid for tok, tid in backend.get_vocab().items() if tok in _SPECIAL_NAMES]
-    return Tokenizer(encode=lambda text: backend.encode(text, add_special_tokens=False).ids,
-                     vocab_size=backend.get_vocab_size(), special_ids=tuple(sorted(specials)),
-                     eos_id=ids(eos_token), cls_id=ids(cls_token), sep_id=ids(sep_token), mask_id=ids(mask_token),
-                     name=name)
+    return Tokenizer(
+        encode=lambda text: backend.encode(text, add_special_tokens=False).ids,
+        vocab_size=backend.get_vocab_size(),
+        special_ids=tuple(sorted(specials)),
+        eos_id=ids(eos_token),
+        cls_id=ids(cls_token),
+        sep_id=ids(sep_token),
+        mask_id=ids(mask_token),
+        name=name,
+    )
 
 
 _SPECIAL_NAMES = {"<|endoftext|>", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<unk>", "<s>", "</s>", "<pad>"}
@@ -181,15 +194,23 @@ def load_pretrained_tokenizer(family: str, data_dir: Path | None) -> Tokenizer:
     try:
         from transformers import AutoTokenizer
 
-        hf = AutoTokenizer.from_pretrained(str(folder) if folder is not None else
-                                           {"llama": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"}.get(family, name))
-        return Tokenizer(encode=lambda text: hf(text, add_special_tokens=False)["input_ids"], vocab_size=len(hf),
-                         special_ids=tuple(sorted(set(hf.all_special_ids))), eos_id=hf.eos_token_id,
-                         cls_id=hf.cls_token_id, sep_id=hf.sep_token_id, mask_id=hf.mask_token_id, name=name)
+        hf = AutoTokenizer.from_pretrained(
+            str(folder) if folder is not None else {"llama": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"}.get(family, name)
+        )
+        return Tokenizer(
+            encode=lambda text: hf(text, add_special_tokens=False)["input_ids"],
+            vocab_size=len(hf),
+            special_ids=tuple(sorted(set(hf.all_special_ids))),
+            eos_id=hf.eos_token_id,
+            cls_id=hf.cls_token_id,
+            sep_id=hf.sep_token_id,
+            mask_id=hf.mask_token_id,
+            name=name,
+        )
     except Exception:
         if folder is None:
             raise
-    from tokenizers import ByteLevelBPETokenizer, BertWordPieceTokenizer
+    from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
 
     if family == "gpt":
         backend = ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
@@ -201,8 +222,13 @@ def load_pretrained_tokenizer(family: str, data_dir: Path | None) -> Tokenizer:
 
     processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
     specials = tuple(i for i in (processor.unk_id(), processor.bos_id(), processor.eos_id()) if i >= 0)
-    return Tokenizer(encode=processor.encode, vocab_size=processor.vocab_size(),
-                     special_ids=specials, eos_id=processor.eos_id(), name=name)
+    return Tokenizer(
+        encode=processor.encode,
+        vocab_size=processor.vocab_size(),
+        special_ids=specials,
+        eos_id=processor.eos_id(),
+        name=name,
+    )
 
 
 def train_bpe_tokenizer(family: str, texts: list[str], vocab_size: int, cache: Path) -> Tokenizer:
@@ -210,7 +236,8 @@ def train_bpe_tokenizer(family: str, texts: list[str], vocab_size: int, cache: P
 
     GPT/LLaMA get byte-level BPE with their EOS token; BERT gets a lowercase WordPiece with [CLS]/[SEP]/[MASK].
     """
-    from tokenizers import Tokenizer as Backend, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
     if cache.is_file():
         backend = Backend.from_file(str(cache))
@@ -227,16 +254,21 @@ def train_bpe_tokenizer(family: str, texts: list[str], vocab_size: int, cache: P
             backend = Backend(models.BPE())
             backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
             backend.decoder = decoders.ByteLevel()
-            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size,
+                special_tokens=specials,
+                show_progress=False,
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            )
         backend.train_from_iterator(texts, trainer=trainer)
         if family == "bert":
             # The WordPiece trainer numbers equally frequent tokens in hash order: two trainings on the same
             # text gave the same vocabulary under different ids (so different numbers for the same seed).
             # Renumber canonically, the special tokens first, then the rest in sorted order.
             rest = sorted(token for token in backend.get_vocab() if token not in specials)
-            backend.model = models.WordPiece(vocab={token: i for i, token in enumerate(specials + rest)},
-                                             unk_token="[UNK]")
+            backend.model = models.WordPiece(
+                vocab={token: i for i, token in enumerate(specials + rest)}, unk_token="[UNK]"
+            )
         cache.parent.mkdir(parents=True, exist_ok=True)
         temporary = cache.with_name(cache.name + f".tmp{os.getpid()}")
         backend.save(str(temporary))
@@ -247,6 +279,7 @@ def train_bpe_tokenizer(family: str, texts: list[str], vocab_size: int, cache: P
 
 
 # ----------------------------------------------------------------------------------------------- blocks
+
 
 def causal_blocks(documents: list[list[int]], block_size: int, eos_id: int | None) -> np.ndarray:
     """Concatenate documents (each followed by EOS) and cut into full blocks: (n_blocks, block_size)."""
@@ -268,17 +301,20 @@ def mlm_blocks(documents: list[list[int]], block_size: int, cls_id: int, sep_id:
 
 def bpe_tokenizer(config, train_texts: list[str], source: str, cache_dir: Path) -> Tokenizer:
     """The family's small vocabulary trained on ``train_texts`` (cached under a key of the texts and size)."""
-    key = hashlib.sha1(json.dumps([config.family, source, config.vocab_size, len(train_texts),
-                                   train_texts[:3]]).encode()).hexdigest()[:12]
-    return train_bpe_tokenizer(config.family, train_texts, config.vocab_size,
-                               cache_dir / f"tokenizer-{config.family}-{key}.json")
+    key = hashlib.sha1(
+        json.dumps([config.family, source, config.vocab_size, len(train_texts), train_texts[:3]]).encode()
+    ).hexdigest()[:12]
+    return train_bpe_tokenizer(
+        config.family, train_texts, config.vocab_size, cache_dir / f"tokenizer-{config.family}-{key}.json"
+    )
 
 
 def build_corpus(config, data_dir: Path | None, cache_dir: Path, tokenizer: Tokenizer | None = None) -> Corpus:
     """Texts -> tokenizer -> blocks, with the limits of the config. ``tokenizer`` (a pretrained base model's)
     replaces the one the config would build."""
-    train_texts, eval_texts, source = load_texts(config.corpus or config.family, data_dir,
-                                                 config.max_train_examples, config.max_eval_examples)
+    train_texts, eval_texts, source = load_texts(
+        config.corpus or config.family, data_dir, config.max_train_examples, config.max_eval_examples
+    )
     if tokenizer is None and config.tokenizer == "bpe":
         tokenizer = bpe_tokenizer(config, train_texts, source, cache_dir)
     elif tokenizer is None:
@@ -297,10 +333,13 @@ def build_corpus(config, data_dir: Path | None, cache_dir: Path, tokenizer: Toke
         train = train[: config.max_train_blocks]
     test = test[: config.eval_batches * config.eval_batch_size]
     if len(train) < config.num_clients or len(test) == 0:
-        raise ValueError(f"{config.corpus or config.family}: {len(train)} training blocks for {config.num_clients} clients and "
-                         f"{len(test)} evaluation blocks; use more text or a smaller block_size")
-    return Corpus(train=train, eval=test, tokenizer=tokenizer, task="mlm" if config.family == "bert" else "causal",
-                  source=source)
+        raise ValueError(
+            f"{config.corpus or config.family}: {len(train)} training blocks for {config.num_clients} clients and "
+            f"{len(test)} evaluation blocks; use more text or a smaller block_size"
+        )
+    return Corpus(
+        train=train, eval=test, tokenizer=tokenizer, task="mlm" if config.family == "bert" else "causal", source=source
+    )
 
 
 def _encode_until(tokenizer: Tokenizer, texts: list[str], n_tokens: int | None) -> list[list[int]]:
@@ -317,6 +356,7 @@ def _encode_until(tokenizer: Tokenizer, texts: list[str], n_tokens: int | None) 
 
 # ----------------------------------------------------------------------------------------------- targets
 
+
 def causal_targets(blocks: torch.Tensor) -> torch.Tensor:
     """Next-token targets: position j predicts token j+1; the last position has none. Shapes (B, L)."""
     targets = torch.full_like(blocks, IGNORE)
@@ -324,8 +364,9 @@ def causal_targets(blocks: torch.Tensor) -> torch.Tensor:
     return targets
 
 
-def mask_for_mlm(blocks: torch.Tensor, tokenizer: Tokenizer, probability: float, generator: torch.Generator
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_for_mlm(
+    blocks: torch.Tensor, tokenizer: Tokenizer, probability: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT masking: pick ``probability`` of the non-special positions; 80% [MASK], 10% random, 10% kept.
 
     Returns ``(inputs, targets)``; targets hold the original token at picked positions and IGNORE elsewhere.
@@ -342,8 +383,9 @@ def mask_for_mlm(blocks: torch.Tensor, tokenizer: Tokenizer, probability: float,
     return inputs, targets
 
 
-def evaluation_set(blocks: np.ndarray, task: str, tokenizer: Tokenizer, mlm_probability: float, masks: int,
-                   seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def evaluation_set(
+    blocks: np.ndarray, task: str, tokenizer: Tokenizer, mlm_probability: float, masks: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed (inputs, targets) every round is evaluated on: next-token targets, or for MLM ``masks``
     independent masking draws of the blocks stacked (one draw scores only ~15% of the tokens).
 

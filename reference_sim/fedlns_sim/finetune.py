@@ -26,18 +26,35 @@ import torch
 from . import runfiles
 from .seeds import stream_seed
 
-BASE_SEED = 0   # the base model is one model, whatever the fine-tuning run's seed
+BASE_SEED = 0  # the base model is one model, whatever the fine-tuning run's seed
 # LoRA's default targets per family: the attention projections (GPT-2 fuses q, k, v into c_attn)
 LORA_TARGETS = {"gpt": ("c_attn",), "bert": ("query", "value"), "llama": ("q_proj", "v_proj")}
-_BASE_FIELDS = ("family", "tokenizer", "vocab_size", "block_size", "n_layer", "n_embd", "n_head", "n_kv_head",
-                "intermediate_size", "max_position_embeddings", "dropout", "mlm_probability", "pretrain_corpus",
-                "pretrain_steps", "pretrain_batch_size", "pretrain_learning_rate", "weight_decay")
+_BASE_FIELDS = (
+    "family",
+    "tokenizer",
+    "vocab_size",
+    "block_size",
+    "n_layer",
+    "n_embd",
+    "n_head",
+    "n_kv_head",
+    "intermediate_size",
+    "max_position_embeddings",
+    "dropout",
+    "mlm_probability",
+    "pretrain_corpus",
+    "pretrain_steps",
+    "pretrain_batch_size",
+    "pretrain_learning_rate",
+    "weight_decay",
+)
 
 
 def pretrain_config(config):
     """The config the base model is trained under: the pretraining corpus, all of its training blocks."""
-    return dataclasses.replace(config, corpus=config.pretrain_corpus, max_train_blocks=0, max_train_examples=0,
-                               num_clients=1)
+    return dataclasses.replace(
+        config, corpus=config.pretrain_corpus, max_train_blocks=0, max_train_examples=0, num_clients=1
+    )
 
 
 def base_tokenizer(config, data_dir: Path | None, cache_dir: Path):
@@ -70,8 +87,9 @@ def pretrained_base(config, tokenizer, data_dir: Path | None, cache_dir: Path, d
     torch.manual_seed(BASE_SEED)
     model = build_model(config, tokenizer.vocab_size).to(device)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.pretrain_learning_rate,
-                                  weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.pretrain_learning_rate, weight_decay=config.weight_decay
+    )
     generator = torch.Generator().manual_seed(stream_seed(BASE_SEED, "pretrain"))
     torch.manual_seed(stream_seed(BASE_SEED, "dropout"))
     data = torch.from_numpy(corpus.train)
@@ -79,7 +97,7 @@ def pretrained_base(config, tokenizer, data_dir: Path | None, cache_dir: Path, d
     for _ in range(config.pretrain_steps):
         if position + config.pretrain_batch_size > len(order):
             order, position = torch.randperm(len(data), generator=generator), 0
-        batch = data[order[position:position + config.pretrain_batch_size]]
+        batch = data[order[position : position + config.pretrain_batch_size]]
         position += config.pretrain_batch_size
         inputs, targets = make_batch(batch, corpus.task, tokenizer, config.mlm_probability, generator)
         loss, _ = lm_loss(model, inputs.to(device), targets.to(device))
@@ -108,8 +126,13 @@ def wrap_peft(model: torch.nn.Module, config) -> torch.nn.Module:
     from fedlns_torch import make_norms_trainable
 
     targets = [t.strip() for t in config.lora_targets.split(",") if t.strip()] or list(LORA_TARGETS[config.family])
-    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules=targets,
-                      fan_in_fan_out=config.family == "gpt")   # GPT-2's projections are Conv1D (weights transposed)
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=targets,
+        fan_in_fan_out=config.family == "gpt",
+    )  # GPT-2's projections are Conv1D (weights transposed)
     if config.peft_norms:
         lora = make_norms_trainable(lora, model)
     return get_peft_model(model, lora)

@@ -24,11 +24,11 @@ from .seeds import stream_key, stream_seed
 class RoundOutcome:
     """What the server did in one round."""
 
-    params: dict[str, np.ndarray]   # the new global weights
-    kept: list                      # client ids whose updates entered the aggregate
-    decided: bool                   # False when the method made no keep/reject decision (FedLNS warming up)
-    selects_clients: bool           # True for methods that pick clients (detection rates are meaningful)
-    info: dict                      # method diagnostics, JSON-ready
+    params: dict[str, np.ndarray]  # the new global weights
+    kept: list  # client ids whose updates entered the aggregate
+    decided: bool  # False when the method made no keep/reject decision (FedLNS warming up)
+    selects_clients: bool  # True for methods that pick clients (detection rates are meaningful)
+    info: dict  # method diagnostics, JSON-ready
 
 
 #: The simulator's ``signature`` setting and the core's ``FedLNS(signature=...)`` it stands for (the simulator's
@@ -44,14 +44,24 @@ def make_screener(config):
 
     signature = SIGNATURES[config.signature]
     seed = stream_seed(config.seed, "screening")
-    if config.method in ("fedlns_default", "fedlns_support"):   # FedLNS's default, planned from the population size
-        support = config.method == "fedlns_support" or config.default_rule == "support"   # the default before cohort
-        return FedLNS.for_federation(config.num_clients, config.clients_per_round, signature=signature,
-                                     random_state=seed, **({"retain_rule": "support"} if support else {}))
-    settings = dict(signature=signature, activation_threshold=config.activation_threshold,
-                    components="two" if config.method == "fedlns_two" else "bic",
-                    mixture_solver=config.mixture_solver, warmup=config.warmup, random_state=seed)
-    if config.retain_rule == "for_federation":   # the paper-family rule measured best for this round size
+    if config.method in ("fedlns_default", "fedlns_support"):  # FedLNS's default, planned from the population size
+        support = config.method == "fedlns_support" or config.default_rule == "support"  # the default before cohort
+        return FedLNS.for_federation(
+            config.num_clients,
+            config.clients_per_round,
+            signature=signature,
+            random_state=seed,
+            **({"retain_rule": "support"} if support else {}),
+        )
+    settings = dict(
+        signature=signature,
+        activation_threshold=config.activation_threshold,
+        components="two" if config.method == "fedlns_two" else "bic",
+        mixture_solver=config.mixture_solver,
+        warmup=config.warmup,
+        random_state=seed,
+    )
+    if config.retain_rule == "for_federation":  # the paper-family rule measured best for this round size
         settings.update(rule_for_round_size(config.clients_per_round))
     return FedLNS.paper(**settings)
 
@@ -62,8 +72,11 @@ def baseline_parameters(config, method: str | None = None, n_clients: int | None
     method = method or config.method
     paper = paper_parameters(config.malicious_fraction, n_clients or config.clients_per_round)
     if method == "trimmed_mean":
-        return {"trim_fraction": paper["trimmed_mean"]["trim_fraction"] if config.trim_fraction < 0
-                else config.trim_fraction}
+        return {
+            "trim_fraction": paper["trimmed_mean"]["trim_fraction"]
+            if config.trim_fraction < 0
+            else config.trim_fraction
+        }
     if method == "multi_krum":
         f = paper["multi_krum"]["f"] if config.krum_f < 0 else config.krum_f
         m = paper["multi_krum"]["m"] if config.krum_m < 0 else config.krum_m
@@ -80,8 +93,9 @@ def _fedavg(global_params, client_params: dict, num_examples: dict) -> dict:
     return weighted_average(global_params, client_params, {c: n / total for c, n in num_examples.items()})
 
 
-def aggregate_round(config, screener, global_params, client_params: dict, num_examples: dict,
-                    round_index: int, malicious=frozenset()) -> RoundOutcome:
+def aggregate_round(
+    config, screener, global_params, client_params: dict, num_examples: dict, round_index: int, malicious=frozenset()
+) -> RoundOutcome:
     """One server step of ``config.method`` on the round's local models (dicts keyed by client id).
 
     ``malicious`` (the ground truth) is read by the ``oracle`` reference only: FedAvg over the round's benign
@@ -89,30 +103,41 @@ def aggregate_round(config, screener, global_params, client_params: dict, num_ex
     """
     if screener is not None:
         result = screener.screen(global_params, client_params, num_examples)
-        info = {"active": bool(result.active), "bank_size": int(result.bank_size),
-                "n_components": result.n_components,
-                "rejected_reasons": {str(k): v for k, v in result.rejected.items()},
-                "signature_keys": list(result.signature_keys)}
-        if result.scores:   # active rounds: every client's delta and label, both BIC values
-            info.update(delta={str(k): v for k, v in result.scores.items()},
-                        label={str(k): v for k, v in (result.labels or {}).items()},
-                        bic={str(c): v for c, v in (result.bic or {}).items()})
+        info = {
+            "active": bool(result.active),
+            "bank_size": int(result.bank_size),
+            "n_components": result.n_components,
+            "rejected_reasons": {str(k): v for k, v in result.rejected.items()},
+            "signature_keys": list(result.signature_keys),
+        }
+        if result.scores:  # active rounds: every client's delta and label, both BIC values
+            info.update(
+                delta={str(k): v for k, v in result.scores.items()},
+                label={str(k): v for k, v in (result.labels or {}).items()},
+                bic={str(c): v for c, v in (result.bic or {}).items()},
+            )
         aggregator = None
-        if config.method in COMPOSED and result.retained:   # defence in depth: a full-update rule on the retained
-            aggregator = make_aggregator(COMPOSED[config.method],
-                                         **baseline_parameters(config, COMPOSED[config.method], len(result.retained)))
-        return RoundOutcome(result.aggregate(global_params, client_params, aggregator), list(result.retained),
-                            bool(result.active), True, info)
+        if config.method in COMPOSED and result.retained:  # defence in depth: a full-update rule on the retained
+            aggregator = make_aggregator(
+                COMPOSED[config.method], **baseline_parameters(config, COMPOSED[config.method], len(result.retained))
+            )
+        return RoundOutcome(
+            result.aggregate(global_params, client_params, aggregator),
+            list(result.retained),
+            bool(result.active),
+            True,
+            info,
+        )
     if config.method in ("fedavg", "oracle"):
         kept = [c for c in client_params if config.method == "fedavg" or c not in malicious]
-        if not kept:   # a round of attackers only: the oracle keeps the global model
-            return RoundOutcome({k: np.array(v, copy=True) for k, v in global_params.items()}, [], True,
-                                config.method == "oracle", {})
+        if not kept:  # a round of attackers only: the oracle keeps the global model
+            return RoundOutcome(
+                {k: np.array(v, copy=True) for k, v in global_params.items()}, [], True, config.method == "oracle", {}
+            )
         params = _fedavg(global_params, {c: client_params[c] for c in kept}, {c: num_examples[c] for c in kept})
         return RoundOutcome(params, kept, True, config.method == "oracle", {})
     params = baseline_parameters(config)
     if config.method == "flame":
-        params["random_state"] = stream_key(config.seed, "flame", round_index)   # fresh noise each round
+        params["random_state"] = stream_key(config.seed, "flame", round_index)  # fresh noise each round
     result = make_aggregator(config.method, **params)(client_updates(global_params, client_params), num_examples)
-    return RoundOutcome(apply_update(global_params, result), list(result.kept), True,
-                        bool(result.selects_clients), {})
+    return RoundOutcome(apply_update(global_params, result), list(result.kept), True, bool(result.selects_clients), {})

@@ -35,17 +35,21 @@ def evaluate(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int
     model.eval()
     total_loss, total_entropy, count = 0.0, 0.0, 0
     for start in range(0, len(inputs), batch_size):
-        x = inputs[start:start + batch_size].to(device)
-        y = targets[start:start + batch_size].to(device)
+        x = inputs[start : start + batch_size].to(device)
+        y = targets[start : start + batch_size].to(device)
         logits = model(input_ids=x).logits
         keep = y != IGNORE
-        picked = logits[keep].float()                          # (n_positions, V)
+        picked = logits[keep].float()  # (n_positions, V)
         total_loss += torch.nn.functional.cross_entropy(picked, y[keep], reduction="sum").item()
         total_entropy += token_entropy(picked).sum().item()
         count += int(keep.sum())
     loss = total_loss / max(count, 1)
-    return {"eval_loss": loss, "perplexity": perplexity(loss), "entropy": total_entropy / max(count, 1),
-            "eval_positions": count}
+    return {
+        "eval_loss": loss,
+        "perplexity": perplexity(loss),
+        "entropy": total_entropy / max(count, 1),
+        "eval_positions": count,
+    }
 
 
 def unigram_perplexity(train_blocks: np.ndarray, targets: np.ndarray, vocab_size: int, special_ids=()) -> float:

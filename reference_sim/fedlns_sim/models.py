@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from fedlns_torch import (is_peft_model, load_numpy_into_model, load_numpy_into_peft_model, peft_state_dict_to_numpy,
-                          tensor_to_numpy)
+
+from fedlns_torch import (
+    is_peft_model,
+    load_numpy_into_model,
+    load_numpy_into_peft_model,
+    peft_state_dict_to_numpy,
+    tensor_to_numpy,
+)
 
 
 def build_model(config, vocab_size: int) -> torch.nn.Module:
@@ -13,29 +19,46 @@ def build_model(config, vocab_size: int) -> torch.nn.Module:
     if config.family == "gpt":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        model_config = GPT2Config(vocab_size=vocab_size, n_positions=config.max_position_embeddings,
-                                  n_embd=config.n_embd, n_layer=config.n_layer, n_head=config.n_head,
-                                  n_inner=config.intermediate_size or None, resid_pdrop=config.dropout,
-                                  embd_pdrop=config.dropout, attn_pdrop=config.dropout,
-                                  bos_token_id=None, eos_token_id=None)
+        model_config = GPT2Config(
+            vocab_size=vocab_size,
+            n_positions=config.max_position_embeddings,
+            n_embd=config.n_embd,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            n_inner=config.intermediate_size or None,
+            resid_pdrop=config.dropout,
+            embd_pdrop=config.dropout,
+            attn_pdrop=config.dropout,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
         model = GPT2LMHeadModel(model_config)
     elif config.family == "bert":
         from transformers import BertConfig, BertForMaskedLM
 
-        model_config = BertConfig(vocab_size=vocab_size, hidden_size=config.n_embd,
-                                  num_hidden_layers=config.n_layer, num_attention_heads=config.n_head,
-                                  intermediate_size=config.intermediate_size or 4 * config.n_embd,
-                                  max_position_embeddings=config.max_position_embeddings)
+        model_config = BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=config.n_embd,
+            num_hidden_layers=config.n_layer,
+            num_attention_heads=config.n_head,
+            intermediate_size=config.intermediate_size or 4 * config.n_embd,
+            max_position_embeddings=config.max_position_embeddings,
+        )
         model = BertForMaskedLM(model_config)
     elif config.family == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        model_config = LlamaConfig(vocab_size=vocab_size, hidden_size=config.n_embd,
-                                   num_hidden_layers=config.n_layer, num_attention_heads=config.n_head,
-                                   num_key_value_heads=config.n_kv_head or config.n_head,
-                                   intermediate_size=config.intermediate_size or 4 * config.n_embd,
-                                   max_position_embeddings=config.max_position_embeddings, rms_norm_eps=1e-6,
-                                   initializer_range=0.02)
+        model_config = LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=config.n_embd,
+            num_hidden_layers=config.n_layer,
+            num_attention_heads=config.n_head,
+            num_key_value_heads=config.n_kv_head or config.n_head,
+            intermediate_size=config.intermediate_size or 4 * config.n_embd,
+            max_position_embeddings=config.max_position_embeddings,
+            rms_norm_eps=1e-6,
+            initializer_range=0.02,
+        )
         model = LlamaForCausalLM(model_config)
     else:
         raise ValueError(f"unknown family {config.family!r}")

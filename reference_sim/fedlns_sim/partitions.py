@@ -33,8 +33,10 @@ def noniid_partition(num_blocks: int, num_clients: int, seed: int, shards_per_cl
     _check(num_blocks, num_clients, shards_per_client)
     shards = np.array_split(np.arange(num_blocks), num_clients * shards_per_client)
     order = stream_rng(seed, "partition").permutation(len(shards))
-    return [np.concatenate([shards[s] for s in order[client * shards_per_client:(client + 1) * shards_per_client]])
-            for client in range(num_clients)]
+    return [
+        np.concatenate([shards[s] for s in order[client * shards_per_client : (client + 1) * shards_per_client]])
+        for client in range(num_clients)
+    ]
 
 
 def make_partition(kind: str, num_blocks: int, num_clients: int, seed: int) -> list[np.ndarray]:

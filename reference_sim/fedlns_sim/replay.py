@@ -35,13 +35,13 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-from fedlns_core import bic_gmm_retain, deviation_scores, median_mad, standardize
-from fedlns_core._rules import guarded_rule
-from fedlns_core._cohort import CohortGraph, cohort_rule
-from fedlns_core._support import _unit, recent_rows, support_rule
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
+
+from fedlns_core import bic_gmm_retain, deviation_scores, median_mad, standardize
+from fedlns_core._cohort import CohortGraph, cohort_rule
+from fedlns_core._rules import guarded_rule
+from fedlns_core._support import _unit, recent_rows, support_rule
 
 from .runfiles import read_meta, read_records
 
@@ -69,7 +69,7 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
     if not config["method"].startswith("fedlns"):
         raise ValueError(f"{run_dir} is a {config['method']} run, not FedLNS")
     if config["method"] == "fedlns_default":
-        if variant is None:       # the rule the run's screener had
+        if variant is None:  # the rule the run's screener had
             from .config import config_from_dict
             from .methods import make_screener
 
@@ -81,10 +81,10 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
     random_state = stream_seed(config["seed"], "screening")
     threshold = int(round(config["activation_coverage"] * config["num_clients"]))
     components = "two" if config["method"] == "fedlns_two" else "bic"
-    solver = config.get("mixture_solver", "sklearn")            # runs from before the setting used scikit-learn
+    solver = config.get("mixture_solver", "sklearn")  # runs from before the setting used scikit-learn
     name, _, argument = variant.partition(":")
     records = {r["round"]: r for r in read_records(run_dir)}
-    bank: dict[int, tuple[int, np.ndarray]] = {}              # client -> (round written, signature)
+    bank: dict[int, tuple[int, np.ndarray]] = {}  # client -> (round written, signature)
     decisions = []
     for index, (t, (clients, signatures)) in enumerate(sorted(load_signatures(run_dir).items())):
         previous = dict(bank)
@@ -99,29 +99,46 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
             entries = [row for _, row in bank.values()]
         else:
             raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-        if not entries:   # nothing old enough or nothing from before this round: the paper's reference
+        if not entries:  # nothing old enough or nothing from before this round: the paper's reference
             entries = [row for _, row in bank.values()]
-        median, mad = median_mad(np.stack(entries, axis=1), 1e-6)       # (D,), (D,)
-        features = standardize(signatures, median, mad)                   # (N, D)
+        median, mad = median_mad(np.stack(entries, axis=1), 1e-6)  # (D,), (D,)
+        features = standardize(signatures, median, mad)  # (N, D)
         scores = deviation_scores(features)
-        seed = int(np.random.SeedSequence([random_state, index]).generate_state(1)[0])   # the screener's per round
+        seed = int(np.random.SeedSequence([random_state, index]).generate_state(1)[0])  # the screener's per round
         if name == "guarded":
-            bank_features = standardize(np.stack(entries), median, mad)                # (B, D)
+            bank_features = standardize(np.stack(entries), median, mad)  # (B, D)
             lone, _, gap = (argument or "3").partition(":")
-            outcome = guarded_rule(features, bank_features, lone_separation=float(lone),
-                                   min_separation=float(gap or 0.0), components=components, random_state=seed,
-                                   solver=solver)
+            outcome = guarded_rule(
+                features,
+                bank_features,
+                lone_separation=float(lone),
+                min_separation=float(gap or 0.0),
+                components=components,
+                random_state=seed,
+                solver=solver,
+            )
             decision = outcome
             labels = (~outcome.retained).astype(int)
         else:
             decision = bic_gmm_retain(features, scores, components=components, random_state=seed, solver=solver)
             labels = decision.labels
-        if name == "no_singletons" and decision.n_components == 2 and min(labels.sum(), len(labels) - labels.sum()) == 1:
+        if (
+            name == "no_singletons"
+            and decision.n_components == 2
+            and min(labels.sum(), len(labels) - labels.sum()) == 1
+        ):
             labels = np.zeros_like(labels)
         record = records.get(t, {})
-        decisions.append({"round": t, "clients": clients, "kept": [c for c, k in zip(clients, labels) if k == 0],
-                          "malicious": [c for c in clients if c in set(record.get("malicious_sampled", []))],
-                          "n_components": decision.n_components, "recorded_kept": record.get("kept")})
+        decisions.append(
+            {
+                "round": t,
+                "clients": clients,
+                "kept": [c for c, k in zip(clients, labels) if k == 0],
+                "malicious": [c for c in clients if c in set(record.get("malicious_sampled", []))],
+                "n_components": decision.n_components,
+                "recorded_kept": record.get("kept"),
+            }
+        )
     return decisions
 
 
@@ -143,14 +160,15 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     screener = make_screener(config_from_dict(read_meta(run_dir)["config"]))
     recent = max(screener.activation_threshold, 3)
     records = {r["round"]: r for r in read_records(run_dir)}
-    bank: dict[int, list] = {}      # client -> [signature, sketch, stamp, score], in the screener's column order
+    bank: dict[int, list] = {}  # client -> [signature, sketch, stamp, score], in the screener's column order
     graph = CohortGraph()
     decisions = []
     for t, path in sorted((int(p.stem.split("-")[1]), p) for p in (Path(run_dir) / "signatures").glob("round-*.npz")):
         with np.load(path) as stored:
             if "sketches" not in stored:
-                raise FileNotFoundError(f"{path} has no update sketches (recorded before they were, or by a rule "
-                                        "that does not sketch)")
+                raise FileNotFoundError(
+                    f"{path} has no update sketches (recorded before they were, or by a rule that does not sketch)"
+                )
             clients = [int(c) for c in stored["clients"]]
             signatures, sketches, stamp = stored["signatures"], stored["sketches"], int(stored["stamp"])
         for client, signature, sketch in zip(clients, signatures, sketches):
@@ -165,28 +183,54 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
         bank_sketches = np.stack([entry[1] for entry in entries])
         stamps = np.array([entry[2] for entry in entries], dtype=float)
         bank_scores = np.array([entry[3] for entry in entries])
-        if name == "cohort":       # the graph learns from every round, warm-up included
-            outcome = cohort_rule(scores, sketches, clients, graph, stamps, bank_scores, recent=recent,
-                                  separation=screener.separation, loud_separation=screener.loud_separation,
-                                  decay=screener.cohort_decay, decide=bool(record.get("active")),
-                                  dimension=min(screener.sketch_dim, parameter_count(run_dir)))
+        if name == "cohort":  # the graph learns from every round, warm-up included
+            outcome = cohort_rule(
+                scores,
+                sketches,
+                clients,
+                graph,
+                stamps,
+                bank_scores,
+                recent=recent,
+                separation=screener.separation,
+                loud_separation=screener.loud_separation,
+                decay=screener.cohort_decay,
+                decide=bool(record.get("active")),
+                dimension=min(screener.sketch_dim, parameter_count(run_dir)),
+            )
             graph = outcome.graph.restricted(list(bank))
         if not record.get("active"):
             continue
         if name == "cohort":
             retained = outcome.retained
         else:
-            outcome = support_rule(scores, sketches, bank_sketches, np.array([position[c] for c in clients]), stamps,
-                                   bank_scores, recent=recent, max_groups=screener.max_groups,
-                                   separation=screener.separation, loud_separation=screener.loud_separation)
+            outcome = support_rule(
+                scores,
+                sketches,
+                bank_sketches,
+                np.array([position[c] for c in clients]),
+                stamps,
+                bank_scores,
+                recent=recent,
+                max_groups=screener.max_groups,
+                separation=screener.separation,
+                loud_separation=screener.loud_separation,
+            )
             retained = outcome.retained
         if name == "round_first":
             rows = recent_rows(stamps, recent)
             retained = _round_first(outcome, sketches, bank_sketches[rows], stamps[rows], stamp, float(argument))
         malicious = set(record.get("malicious_sampled", []))
-        decisions.append({"round": t, "clients": clients, "kept": [c for c, k in zip(clients, retained) if k],
-                          "malicious": [c for c in clients if c in malicious],
-                          "n_components": None, "recorded_kept": record.get("kept")})
+        decisions.append(
+            {
+                "round": t,
+                "clients": clients,
+                "kept": [c for c, k in zip(clients, retained) if k],
+                "malicious": [c for c in clients if c in malicious],
+                "n_components": None,
+                "recorded_kept": record.get("kept"),
+            }
+        )
     return decisions
 
 
@@ -201,8 +245,7 @@ def _round_first(outcome, sketches, window_sketches, window_stamps, stamp, thres
     round_units = _unit(sketches)
     support = (round_units @ _unit(window_sketches[earlier]).T).mean(axis=1)
     cosines = round_units @ round_units.T
-    part = fcluster(linkage(squareform(1.0 - np.clip(cosines, -1.0, 1.0), checks=False), "average"), 2,
-                    "maxclust") == 1
+    part = fcluster(linkage(squareform(1.0 - np.clip(cosines, -1.0, 1.0), checks=False), "average"), 2, "maxclust") == 1
     worse = part if support[part].mean() < support[~part].mean() else ~part
     size = int(worse.sum())
     if size < 2:
@@ -227,8 +270,13 @@ def summarize(decisions: list[dict]) -> dict:
         if rejected and kept and len(rejected & bad) / len(rejected) < len(kept & bad) / len(kept):
             wrong += 1
         agree += d["recorded_kept"] is not None and sorted(d["recorded_kept"]) == sorted(kept)
-    return {"rounds": len(decisions), "tpr": tp / max(tp + fn, 1), "fpr": fp / max(fp + tn, 1),
-            "wrong_cluster_rounds": wrong, "agree_with_run": agree}
+    return {
+        "rounds": len(decisions),
+        "tpr": tp / max(tp + fn, 1),
+        "fpr": fp / max(fp + tn, 1),
+        "wrong_cluster_rounds": wrong,
+        "agree_with_run": agree,
+    }
 
 
 def round_facts(run_dir: Path) -> list[dict]:
@@ -246,12 +294,17 @@ def round_facts(run_dir: Path) -> list[dict]:
         share = lambda clients: sum(c in bad for c in clients) / len(clients)  # noqa: E731, B023 - used in this iteration
         attackers = [d for c, d in r["delta"].items() if c in bad]
         benign = [d for c, d in r["delta"].items() if c not in bad]
-        facts.append({"attackers": len(bad), "clients": len(r["delta"]),
-                      "wrong": bool(rejected and kept and share(rejected) < share(kept)),
-                      "missed": bool(bad) and not rejected,
-                      "singleton": r.get("n_components") == 2 and min(len(rejected), len(kept)) == 1,
-                      "bank_age": (r.get("bank_age") or {}).get("median"),
-                      "auc": auc(attackers, benign) if attackers and benign else None})
+        facts.append(
+            {
+                "attackers": len(bad),
+                "clients": len(r["delta"]),
+                "wrong": bool(rejected and kept and share(rejected) < share(kept)),
+                "missed": bool(bad) and not rejected,
+                "singleton": r.get("n_components") == 2 and min(len(rejected), len(kept)) == 1,
+                "bank_age": (r.get("bank_age") or {}).get("median"),
+                "auc": auc(attackers, benign) if attackers and benign else None,
+            }
+        )
     return facts
 
 
@@ -274,35 +327,69 @@ def hypotheses(run_dirs: list[Path], variants=("paper", "max_age:5", "exclude_ro
         stale = [f for f in facts if cut is not None and f["bank_age"] is not None and f["bank_age"] > cut]
         fresh = [f for f in facts if cut is not None and f["bank_age"] is not None and f["bank_age"] <= cut]
         rate = lambda rounds: sum(f["wrong"] for f in rounds) / len(rounds) if rounds else float("nan")  # noqa: E731
-        row = {"family": family, "partition": partition, "steps": steps, "runs": len(dirs), "rounds": len(facts),
-               "auc": float(np.mean([f["auc"] for f in facts if f["auc"] is not None])),
-               "wrong": rate(facts), "wrong_majority": rate(majority), "majority_rounds": len(majority),
-               "wrong_minority": rate(minority), "wrong_stale": rate(stale), "wrong_fresh": rate(fresh),
-               "singleton_rounds": sum(f["singleton"] for f in facts),
-               "wrong_singleton": rate([f for f in facts if f["singleton"]])}
+        row = {
+            "family": family,
+            "partition": partition,
+            "steps": steps,
+            "runs": len(dirs),
+            "rounds": len(facts),
+            "auc": float(np.mean([f["auc"] for f in facts if f["auc"] is not None])),
+            "wrong": rate(facts),
+            "wrong_majority": rate(majority),
+            "majority_rounds": len(majority),
+            "wrong_minority": rate(minority),
+            "wrong_stale": rate(stale),
+            "wrong_fresh": rate(fresh),
+            "singleton_rounds": sum(f["singleton"] for f in facts),
+            "wrong_singleton": rate([f for f in facts if f["singleton"]]),
+        }
         for variant in variants:
             totals = [summarize(replay(d, variant)) for d in dirs]
             n = sum(t["rounds"] for t in totals)
-            row[variant] = {"tpr": float(np.mean([t["tpr"] for t in totals])),
-                            "fpr": float(np.mean([t["fpr"] for t in totals])),
-                            "wrong": sum(t["wrong_cluster_rounds"] for t in totals) / max(n, 1),
-                            "agree": sum(t["agree_with_run"] for t in totals) / max(n, 1)}
+            row[variant] = {
+                "tpr": float(np.mean([t["tpr"] for t in totals])),
+                "fpr": float(np.mean([t["fpr"] for t in totals])),
+                "wrong": sum(t["wrong_cluster_rounds"] for t in totals) / max(n, 1),
+                "agree": sum(t["agree_with_run"] for t in totals) / max(n, 1),
+            }
         rows.append(row)
     return rows
 
 
 def hypotheses_markdown(rows: list[dict]) -> str:
     variants = [k for k in rows[0] if isinstance(rows[0][k], dict)] if rows else []
-    head = ["Family", "Partition", "Steps", "Runs", "Active rounds", "AUC of delta", "Wrong-cluster rounds",
-            "... attackers >= half", "... fewer", "... bank older than median", "... younger", "Singleton splits",
-            *[f"{v}: TPR / FPR / wrong" for v in variants]]
+    head = [
+        "Family",
+        "Partition",
+        "Steps",
+        "Runs",
+        "Active rounds",
+        "AUC of delta",
+        "Wrong-cluster rounds",
+        "... attackers >= half",
+        "... fewer",
+        "... bank older than median",
+        "... younger",
+        "Singleton splits",
+        *[f"{v}: TPR / FPR / wrong" for v in variants],
+    ]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     pct = lambda x: "–" if np.isnan(x) else f"{100 * x:.0f}%"  # noqa: E731
     for r in rows:
-        cells = [r["family"], r["partition"], str(r["steps"]), str(r["runs"]), str(r["rounds"]), f"{r['auc']:.3f}",
-                 pct(r["wrong"]), f"{pct(r['wrong_majority'])} of {r['majority_rounds']}", pct(r["wrong_minority"]),
-                 pct(r["wrong_stale"]), pct(r["wrong_fresh"]),
-                 f"{r['singleton_rounds']} ({pct(r['wrong_singleton'])} wrong)"]
+        cells = [
+            r["family"],
+            r["partition"],
+            str(r["steps"]),
+            str(r["runs"]),
+            str(r["rounds"]),
+            f"{r['auc']:.3f}",
+            pct(r["wrong"]),
+            f"{pct(r['wrong_majority'])} of {r['majority_rounds']}",
+            pct(r["wrong_minority"]),
+            pct(r["wrong_stale"]),
+            pct(r["wrong_fresh"]),
+            f"{r['singleton_rounds']} ({pct(r['wrong_singleton'])} wrong)",
+        ]
         cells += [f"{r[v]['tpr']:.2f} / {r[v]['fpr']:.2f} / {pct(r[v]['wrong'])}" for v in variants]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -313,22 +400,29 @@ def main(argv=None) -> int:
     variant."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m fedlns_sim.replay", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m fedlns_sim.replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="+", help="FedLNS run folders recorded with record_signatures=true")
-    parser.add_argument("--variants", default="paper,max_age:5,max_age:10,exclude_round,no_singletons",
-                        help="comma-separated variants (default: %(default)s; a fedlns_default run: support, "
-                             "round_first:T)")
-    parser.add_argument("--hypotheses", action="store_true",
-                        help="one Markdown table over all the runs, grouped by family, partition and local steps")
+    parser.add_argument(
+        "--variants",
+        default="paper,max_age:5,max_age:10,exclude_round,no_singletons",
+        help="comma-separated variants (default: %(default)s; a fedlns_default run: support, round_first:T)",
+    )
+    parser.add_argument(
+        "--hypotheses",
+        action="store_true",
+        help="one Markdown table over all the runs, grouped by family, partition and local steps",
+    )
     args = parser.parse_args(argv)
     if args.hypotheses:
         print(hypotheses_markdown(hypotheses([Path(r) for r in args.runs], tuple(args.variants.split(",")))))
         return 0
     for run_dir in args.runs:
         for variant in args.variants.split(","):
-            print(json.dumps({"run": Path(run_dir).name, "variant": variant,
-                              **summarize(replay(Path(run_dir), variant))}))
+            print(
+                json.dumps({"run": Path(run_dir).name, "variant": variant, **summarize(replay(Path(run_dir), variant))})
+            )
     return 0
 
 

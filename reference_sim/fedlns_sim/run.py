@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from fedlns_core import FedLNS, NormSelector
 
 from . import finetune, runfiles
@@ -44,8 +45,12 @@ def pick_device(name: str) -> str:
 def machine_identity(device: str) -> dict:
     """What decides a run's float rounding besides the code: the processor and the kernels torch picked for it
     (AVX2 and AVX-512 kernels round differently), torch's version and thread count, and the GPU if one ran."""
-    identity = {"cpu": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                "torch": torch.__version__, "threads": torch.get_num_threads()}
+    identity = {
+        "cpu": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
     if device == "cuda":
         identity["gpu"] = torch.cuda.get_device_name()
     return identity
@@ -71,14 +76,14 @@ class _Federation:
     config: Config
     device: str
     corpus: Corpus
-    partition: list              # client -> the indices of its training blocks
-    malicious: frozenset         # the fixed malicious clients
+    partition: list  # client -> the indices of its training blocks
+    malicious: frozenset  # the fixed malicious clients
     attack: Attack
-    model: torch.nn.Module       # the working model: clients train in it, the global model is evaluated in it
-    norm_keys: frozenset         # what FedLNS sees; adaptive attacks target it
+    model: torch.nn.Module  # the working model: clients train in it, the global model is evaluated in it
+    norm_keys: frozenset  # what FedLNS sees; adaptive attacks target it
     eval_inputs: torch.Tensor
     eval_targets: torch.Tensor
-    batched: bool                # a round's clients train as one batched model (client.py)
+    batched: bool  # a round's clients train as one batched model (client.py)
 
 
 @dataclass
@@ -110,21 +115,28 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
     federation = _set_up(config, Path(out))
     _open_folder(run_dir, federation)
     server = _resume(run_dir, federation)
-    with tqdm(range(server.round + 1, config.rounds + 1), initial=server.round, total=config.rounds,
-              disable=not progress, desc=config.run_name()[:48], leave=False) as bar:
+    with tqdm(
+        range(server.round + 1, config.rounds + 1),
+        initial=server.round,
+        total=config.rounds,
+        disable=not progress,
+        desc=config.run_name()[:48],
+        leave=False,
+    ) as bar:
         for t in bar:
             sampled = sample_clients(config.num_clients, config.clients_per_round, config.seed, t)
             (sent, num_examples, train_loss), client_time = _timed(_clients_send, federation, server, t, sampled)
             outcome, server_time = _timed(_server_step, federation, server, sent, num_examples, t)
-            if server.screener is not None:   # FedLNS's diagnostics: bank-entry ages, the signatures it saw
+            if server.screener is not None:  # FedLNS's diagnostics: bank-entry ages, the signatures it saw
                 outcome.info.update(_bank_ages(server.last_seen, sampled, t))
                 if config.record_signatures:
                     _save_signatures(run_dir, t, config, server, sent)
             server.round, server.global_params = t, outcome.params
             metrics, eval_time = _timed(_evaluate, federation, server.global_params)
             times = {"client_time_s": client_time, "server_time_s": server_time, "eval_time_s": eval_time}
-            runfiles.append_record(run_dir, _record(t, sampled, federation.malicious, metrics, outcome, train_loss,
-                                                    times))
+            runfiles.append_record(
+                run_dir, _record(t, sampled, federation.malicious, metrics, outcome, train_loss, times)
+            )
             runfiles.save_state(run_dir, server.round, server.global_params, server.screener)
             bar.set_postfix(ppl=f"{metrics['perplexity']:.1f}")
             if stop_after is not None and t >= stop_after:
@@ -133,6 +145,7 @@ def run(config: Config, out: str | Path = "runs", progress: bool = True, stop_af
 
 
 # ------------------------------------------------------------------------------------------ set-up and resume
+
 
 def _set_up(config: Config, out: Path) -> _Federation:
     """Everything a run reads before its first round: the device, the data and the clients' share of it, the
@@ -146,10 +159,27 @@ def _set_up(config: Config, out: Path) -> _Federation:
     malicious = choose_malicious(config.num_clients, config.num_malicious, config.seed)
     attack = make_attack(config.attack, corpus.tokenizer, config)
     model = _initial_model(config, corpus.tokenizer, data_dir, cache, device)
-    eval_inputs, eval_targets = evaluation_set(corpus.eval, corpus.task, corpus.tokenizer, config.mlm_probability,
-                                               config.eval_masks, stream_seed(config.seed, "eval_masks"))
-    return _Federation(config, device, corpus, partition, malicious, attack, model, _norm_keys(get_params(model)),
-                       eval_inputs, eval_targets, _batched(model, config))
+    eval_inputs, eval_targets = evaluation_set(
+        corpus.eval,
+        corpus.task,
+        corpus.tokenizer,
+        config.mlm_probability,
+        config.eval_masks,
+        stream_seed(config.seed, "eval_masks"),
+    )
+    return _Federation(
+        config,
+        device,
+        corpus,
+        partition,
+        malicious,
+        attack,
+        model,
+        _norm_keys(get_params(model)),
+        eval_inputs,
+        eval_targets,
+        _batched(model, config),
+    )
 
 
 def _initial_model(config: Config, tokenizer, data_dir, cache: Path, device: str) -> torch.nn.Module:
@@ -183,15 +213,28 @@ def _open_folder(run_dir: Path, federation: _Federation) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     if runfiles.read_meta(run_dir) is not None:
         return
-    unigram = unigram_perplexity(corpus.train, federation.eval_targets.numpy(), corpus.tokenizer.vocab_size,
-                                 corpus.tokenizer.special_ids if corpus.task == "mlm" else ())
-    record = {"config": config.to_dict(), "data_source": corpus.source, "tokenizer": corpus.tokenizer.name,
-              "vocab_size": corpus.tokenizer.vocab_size, "n_parameters": count_params(model),
-              "payload_parameters": int(sum(a.size for a in get_params(model).values())),
-              "train_blocks": int(len(corpus.train)), "eval_blocks": int(len(corpus.eval)),
-              "eval_positions": int((federation.eval_targets != IGNORE).sum()), "unigram_perplexity": unigram,
-              "malicious_clients": sorted(federation.malicious), "device": federation.device,
-              "code": runfiles.code_identity(), "machine": machine_identity(federation.device)}
+    unigram = unigram_perplexity(
+        corpus.train,
+        federation.eval_targets.numpy(),
+        corpus.tokenizer.vocab_size,
+        corpus.tokenizer.special_ids if corpus.task == "mlm" else (),
+    )
+    record = {
+        "config": config.to_dict(),
+        "data_source": corpus.source,
+        "tokenizer": corpus.tokenizer.name,
+        "vocab_size": corpus.tokenizer.vocab_size,
+        "n_parameters": count_params(model),
+        "payload_parameters": int(sum(a.size for a in get_params(model).values())),
+        "train_blocks": int(len(corpus.train)),
+        "eval_blocks": int(len(corpus.eval)),
+        "eval_positions": int((federation.eval_targets != IGNORE).sum()),
+        "unigram_perplexity": unigram,
+        "malicious_clients": sorted(federation.malicious),
+        "device": federation.device,
+        "code": runfiles.code_identity(),
+        "machine": machine_identity(federation.device),
+    }
     runfiles.atomic_write(run_dir / "config.json", json.dumps(runfiles.json_ready(record), indent=2).encode())
 
 
@@ -210,13 +253,16 @@ def _resume(run_dir: Path, federation: _Federation) -> _Server:
             screener = FedLNS.load(checkpoint / "screener")
     if not runfiles.keep_records_until(run_dir, start):
         runfiles.append_record(run_dir, {"round": 0, **_evaluate(federation, global_params, attack_metrics=False)})
-    last_seen = {}   # replayed from the sampling stream
+    last_seen = {}  # replayed from the sampling stream
     for past in range(1, start + 1):
-        last_seen.update(dict.fromkeys(sample_clients(config.num_clients, config.clients_per_round, config.seed, past), past))
+        last_seen.update(
+            dict.fromkeys(sample_clients(config.num_clients, config.clients_per_round, config.seed, past), past)
+        )
     return _Server(start, global_params, screener, last_seen)
 
 
 # ------------------------------------------------------------------------------------------ the steps of a round
+
 
 def _timed(step, *args):
     """``step(*args)`` and the seconds it took."""
@@ -230,15 +276,27 @@ def _train_round(federation: _Federation, global_params: dict, t: int, sampled: 
     (``Attack.trainings``) and keeps what the attack's ``local_result`` makes of them."""
     config, corpus, attack, malicious = federation.config, federation.corpus, federation.attack, federation.malicious
     trainings = {c: attack.trainings if c in malicious else ("clean",) for c in sampled}
-    jobs = [TrainingJob(corpus.train[federation.partition[c]], attack if kind == "poisoned" else None, config.seed,
-                        t, c) for c in sampled for kind in trainings[c]]
-    results = train_clients(federation.model, global_params, jobs, config, corpus.task, corpus.tokenizer,
-                            federation.device, federation.batched)
+    jobs = [
+        TrainingJob(corpus.train[federation.partition[c]], attack if kind == "poisoned" else None, config.seed, t, c)
+        for c in sampled
+        for kind in trainings[c]
+    ]
+    results = train_clients(
+        federation.model,
+        global_params,
+        jobs,
+        config,
+        corpus.task,
+        corpus.tokenizer,
+        federation.device,
+        federation.batched,
+    )
     trained = {}
     for client in sampled:
         own = {kind: next(results) for kind in trainings[client]}
-        trained[client] = (attack.local_result(own, global_params, federation.norm_keys) if client in malicious
-                           else own["clean"])
+        trained[client] = (
+            attack.local_result(own, global_params, federation.norm_keys) if client in malicious else own["clean"]
+        )
     return trained
 
 
@@ -250,23 +308,30 @@ def _clients_send(federation: _Federation, server: _Server, t: int, sampled: lis
     client_params = {client: params for client, (params, _, _) in trained.items()}
     num_examples = {client: n for client, (_, n, _) in trained.items()}
     white_box = {"server": _server_view(federation, server, num_examples, t)} if federation.attack.white_box else {}
-    sent = federation.attack.craft(server.global_params, client_params,
-                                   [c for c in sampled if c in federation.malicious], federation.norm_keys,
-                                   stream_rng(federation.config.seed, "attack", t), **white_box)
+    sent = federation.attack.craft(
+        server.global_params,
+        client_params,
+        [c for c in sampled if c in federation.malicious],
+        federation.norm_keys,
+        stream_rng(federation.config.seed, "attack", t),
+        **white_box,
+    )
     return sent, num_examples, float(np.mean([loss for _, _, loss in trained.values()]))
 
 
 def _server_step(federation: _Federation, server: _Server, sent: dict, num_examples: dict, t: int) -> RoundOutcome:
     """Round t's server step of the run's method on what the clients sent (FedLNS's screener takes in the round)."""
-    return aggregate_round(federation.config, server.screener, server.global_params, sent, num_examples, t,
-                           federation.malicious)
+    return aggregate_round(
+        federation.config, server.screener, server.global_params, sent, num_examples, t, federation.malicious
+    )
 
 
 def _server_view(federation: _Federation, server: _Server, num_examples: dict, t: int):
     """Round t's server step as a function ``server(client_params) -> new global params``, run on a copy of the
     server's state each time: what a white-box attack searches against."""
-    return lambda sent: _server_step(federation, replace(server, screener=copy.deepcopy(server.screener)), sent,
-                                     num_examples, t).params
+    return lambda sent: (
+        _server_step(federation, replace(server, screener=copy.deepcopy(server.screener)), sent, num_examples, t).params
+    )
 
 
 def _bank_ages(last_seen: dict, sampled: list, t: int) -> dict:
@@ -283,21 +348,33 @@ def _evaluate(federation: _Federation, params: dict, attack_metrics: bool = True
     the attack's own measurements of it."""
     model, device = federation.model, federation.device
     set_params(model, params)
-    metrics = evaluate(model, federation.eval_inputs, federation.eval_targets, federation.config.eval_batch_size,
-                       device)
+    metrics = evaluate(
+        model, federation.eval_inputs, federation.eval_targets, federation.config.eval_batch_size, device
+    )
     if attack_metrics:
         metrics.update(federation.attack.metrics(model, federation.corpus.eval, federation.corpus.task, device))
     return metrics
 
 
-def _record(t: int, sampled: list, malicious, metrics: dict, outcome: RoundOutcome, train_loss: float,
-            times: dict) -> dict:
+def _record(
+    t: int, sampled: list, malicious, metrics: dict, outcome: RoundOutcome, train_loss: float, times: dict
+) -> dict:
     """Round t's line of rounds.jsonl: the evaluation, who was sampled and kept, the detection counts (in a round
     where the method decided), the mean training loss, the time of each phase and the method's diagnostics."""
     counts = detection_counts(sampled, outcome.kept, malicious) if outcome.decided else {}
-    return {"round": t, **metrics, "sampled": sampled, "malicious_sampled": [c for c in sampled if c in malicious],
-            "kept": outcome.kept, "decided": outcome.decided, "selects_clients": outcome.selects_clients, **counts,
-            "train_loss": train_loss, **times, **{k: v for k, v in outcome.info.items() if k != "signature_keys"}}
+    return {
+        "round": t,
+        **metrics,
+        "sampled": sampled,
+        "malicious_sampled": [c for c in sampled if c in malicious],
+        "kept": outcome.kept,
+        "decided": outcome.decided,
+        "selects_clients": outcome.selects_clients,
+        **counts,
+        "train_loss": train_loss,
+        **times,
+        **{k: v for k, v in outcome.info.items() if k != "signature_keys"},
+    }
 
 
 def _norm_keys(params: dict) -> frozenset:
@@ -315,9 +392,9 @@ def _save_signatures(run_dir: Path, t: int, config: Config, server: _Server, cli
     global_params, screener = server.global_params, server.screener
     ids = sorted(client_params)
     keys, signatures = screener.client_signatures(global_params, {c: client_params[c] for c in ids})
-    rows = np.stack([signatures[c] for c in ids])   # (n_clients, D) float64
+    rows = np.stack([signatures[c] for c in ids])  # (n_clients, D) float64
     arrays = {"clients": np.asarray(ids), "signatures": rows, "keys": np.asarray(keys)}
-    if screener.retain_rule in ("cohort", "support"):       # the rules that sketch each update
+    if screener.retain_rule in ("cohort", "support"):  # the rules that sketch each update
         sketches = screener.update_sketches(global_params, client_params)
         arrays.update(sketches=np.stack([sketches[c] for c in ids]), stamp=np.asarray(screener.round_ - 1))
     folder = run_dir / "signatures"

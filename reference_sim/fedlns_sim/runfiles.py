@@ -41,7 +41,7 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)   # left only when the write failed
+        temporary.unlink(missing_ok=True)  # left only when the write failed
 
 
 def save_npz(path: Path, arrays: dict) -> None:
@@ -69,6 +69,7 @@ def json_ready(value):
 
 # ------------------------------------------------------------------------------------------ provenance
 
+
 def code_identity() -> dict:
     """Which code runs: the package version, the git commit of the checkout (if any) and a hash of the source.
 
@@ -87,15 +88,22 @@ def code_identity() -> dict:
             digest.update(f"{name}/{path.relative_to(root).as_posix()}\n".encode())
             digest.update(path.read_bytes())
     commit, dirty = _git_state(roots)
-    return {"version": importlib.import_module("fedlns_core").__version__, "commit": commit, "dirty": dirty,
-            "source": digest.hexdigest()[:16]}
+    return {
+        "version": importlib.import_module("fedlns_core").__version__,
+        "commit": commit,
+        "dirty": dirty,
+        "source": digest.hexdigest()[:16],
+    }
 
 
 def _git_state(roots: list[Path]) -> tuple[str | None, bool | None]:
     """(commit, uncommitted changes under ``roots``) of the checkout holding them; (None, None) outside git."""
+
     def git(*args):
-        return subprocess.run(["git", "-C", str(roots[0]), *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(roots[0]), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
     try:
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=all", "--", *map(str, roots)))
@@ -105,6 +113,7 @@ def _git_state(roots: list[Path]) -> tuple[str | None, bool | None]:
 
 
 # ------------------------------------------------------------------------------------------ records
+
 
 def read_meta(run_dir: Path) -> dict | None:
     """The run's ``config.json``, or None when there is none yet."""
@@ -131,7 +140,7 @@ def parse_records(data: bytes) -> list[dict]:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
-            break   # a line cut by a kill; it is recomputed on resume
+            break  # a line cut by a kill; it is recomputed on resume
     return records
 
 
@@ -158,19 +167,22 @@ def keep_records_until(run_dir: Path, last_round: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------ config and state
 
+
 def check_same_run(run_dir: Path, config_dict: dict, data_source: str | None = None) -> None:
     """Raise if ``run_dir`` holds a run of another config (or, given ``data_source``, of other data)."""
     stored = read_meta(run_dir)
     if stored is None:
         return
-    previous = {**Config().to_dict(), **LEGACY, **stored["config"]}   # a setting added since: its value then
+    previous = {**Config().to_dict(), **LEGACY, **stored["config"]}  # a setting added since: its value then
     if experiment_fields(previous) != experiment_fields(config_dict):
         changed = sorted(k for k in experiment_fields(config_dict) if previous.get(k) != config_dict.get(k))
-        raise RuntimeError(f"{run_dir} holds a run with a different config ({', '.join(changed) or 'keys'}); "
-                           "use another --out")
+        raise RuntimeError(
+            f"{run_dir} holds a run with a different config ({', '.join(changed) or 'keys'}); use another --out"
+        )
     if data_source is not None and stored.get("data_source") != data_source:
-        raise RuntimeError(f"{run_dir} was run on {stored.get('data_source')!r}, now the data is "
-                           f"{data_source!r}; use another --out")
+        raise RuntimeError(
+            f"{run_dir} was run on {stored.get('data_source')!r}, now the data is {data_source!r}; use another --out"
+        )
 
 
 def completed_round(run_dir: Path) -> int:

@@ -44,8 +44,10 @@ def archive_path(source: str | Path) -> Path | None:
     if not (source / ARCHIVE).is_file():
         return None
     if any(source.rglob("config.json")):
-        raise ValueError(f"{source} holds run folders beside its {ARCHIVE}: add them to it (fedlns-sim archive "
-                         f"{source / 'runs'} {source}), then remove them")
+        raise ValueError(
+            f"{source} holds run folders beside its {ARCHIVE}: add them to it (fedlns-sim archive "
+            f"{source / 'runs'} {source}), then remove them"
+        )
     return source / ARCHIVE
 
 
@@ -70,7 +72,7 @@ def stored_runs(source: str | Path) -> Iterator[tuple[str, dict[str, bytes]]]:
         The run's name and its ``config.json``, ``rounds.jsonl`` and (where there is one) ``state.json``, in the
         order of the names (an archive's too, however it grew).
     """
-    if not Path(source).exists():   # a path of the folder layout, say: never an empty result
+    if not Path(source).exists():  # a path of the folder layout, say: never an empty result
         raise FileNotFoundError(f"no finished run under {source} (no such folder or archive)")
     archive = archive_path(source)
     if archive is not None:
@@ -117,7 +119,7 @@ def write_archive(path: str | Path, runs: dict[str, dict[str, bytes]]) -> None:
     with tarfile.open(fileobj=buffer, mode="w:xz", preset=_PRESET) as tar:
         for run, files in runs.items():
             for file_name, data in files.items():
-                member = tarfile.TarInfo(f"{run}/{file_name}")   # mtime 0, owner 0, mode 0o644
+                member = tarfile.TarInfo(f"{run}/{file_name}")  # mtime 0, owner 0, mode 0o644
                 member.size = len(data)
                 tar.addfile(member, io.BytesIO(data))
     atomic_write(Path(path), buffer.getvalue())

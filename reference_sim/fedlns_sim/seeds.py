@@ -10,16 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 STREAMS = {
-    "partition": 1,      # IID shuffle / non-IID shard order
-    "malicious": 2,      # the fixed malicious set
-    "sampling": 3,       # clients of a round
-    "batches": 4,        # a client's batch order, masking and attack draws
-    "dropout": 5,        # a client's dropout (torch's global generator)
-    "flame": 6,          # FLAME's noise
-    "eval_masks": 7,     # the fixed MLM masks of the evaluation set
-    "screening": 8,      # FedLNS's mixture initialisations
-    "attack": 9,         # model-poisoning draws of a round (the Gaussian attack's noise)
-    "pretrain": 10,      # the base model's batch order and masking (fine-tuning scenario)
+    "partition": 1,  # IID shuffle / non-IID shard order
+    "malicious": 2,  # the fixed malicious set
+    "sampling": 3,  # clients of a round
+    "batches": 4,  # a client's batch order, masking and attack draws
+    "dropout": 5,  # a client's dropout (torch's global generator)
+    "flame": 6,  # FLAME's noise
+    "eval_masks": 7,  # the fixed MLM masks of the evaluation set
+    "screening": 8,  # FedLNS's mixture initialisations
+    "attack": 9,  # model-poisoning draws of a round (the Gaussian attack's noise)
+    "pretrain": 10,  # the base model's batch order and masking (fine-tuning scenario)
 }
 
 

@@ -22,8 +22,18 @@ from . import runfiles
 from .config import Config, make_config
 
 
-def sweep_configs(preset: str, families, partitions, fractions, methods, seeds, activation_coverages=(None,),
-                  references: bool = False, attacks=(None,), **overrides) -> list[Config]:
+def sweep_configs(
+    preset: str,
+    families,
+    partitions,
+    fractions,
+    methods,
+    seeds,
+    activation_coverages=(None,),
+    references: bool = False,
+    attacks=(None,),
+    **overrides,
+) -> list[Config]:
     """All configs of a sweep, in a stable order (family, partition, fraction, attack, coverage, seed, method).
 
     With ``references``, each (family, partition, seed) also gets its clean run (FedAvg with no malicious
@@ -33,19 +43,27 @@ def sweep_configs(preset: str, families, partitions, fractions, methods, seeds, 
     configs, seen = [], set()
 
     def add(family, partition, fraction, method, seed, extra):
-        config = make_config(preset, family, partition=partition, malicious_fraction=float(fraction),
-                             method=method, seed=int(seed), **extra)
+        config = make_config(
+            preset,
+            family,
+            partition=partition,
+            malicious_fraction=float(fraction),
+            method=method,
+            seed=int(seed),
+            **extra,
+        )
         if config.run_name() not in seen:
             seen.add(config.run_name())
             configs.append(config)
 
     for family, partition, fraction, attack, coverage, seed, method in itertools.product(
-            families, partitions, fractions, attacks, activation_coverages, seeds, methods):
+        families, partitions, fractions, attacks, activation_coverages, seeds, methods
+    ):
         extra = dict(overrides, **({"attack": attack} if attack is not None else {}))
         if coverage is not None:
             extra["activation_coverage"] = float(coverage)
         add(family, partition, fraction, method, seed, extra)
-        if references:   # neither depends on the attack: without attackers, or without their updates
+        if references:  # neither depends on the attack: without attackers, or without their updates
             add(family, partition, 0.0, "fedavg", seed, overrides)
             if fraction > 0:
                 add(family, partition, fraction, "oracle", seed, overrides)
@@ -59,7 +77,7 @@ def run_one(config: Config, out: str | Path, progress: bool = False) -> str | No
     failed = Path(out) / "failed" / f"{config.run_name()}.txt"
     try:
         run(config, out, progress=progress)
-    except Exception:   # noqa: BLE001 -- keep the sweep going; the error is written down
+    except Exception:  # noqa: BLE001 -- keep the sweep going; the error is written down
         failed.parent.mkdir(parents=True, exist_ok=True)
         failed.write_text(traceback.format_exc())
         return failed.read_text()
@@ -67,8 +85,15 @@ def run_one(config: Config, out: str | Path, progress: bool = False) -> str | No
     return None
 
 
-def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: int = 1, ray: str | None = None,
-          cpus_per_run: float = 1.0, gpus_per_run: float = 0.0) -> dict:
+def sweep(
+    configs: list[Config],
+    out: str | Path,
+    progress: bool = True,
+    jobs: int = 1,
+    ray: str | None = None,
+    cpus_per_run: float = 1.0,
+    gpus_per_run: float = 0.0,
+) -> dict:
     """Run every config not finished yet, ``jobs`` at a time; one failing run does not stop the rest.
 
     With ``ray`` (``"local"``: start a Ray instance on this machine for the sweep, ``jobs`` CPUs if given; else
@@ -83,8 +108,13 @@ def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: i
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"ran": 0, "skipped": 0, "failed": [], "jobs": jobs,
-               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    summary = {
+        "ran": 0,
+        "skipped": 0,
+        "failed": [],
+        "jobs": jobs,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     todo = [c for c in configs if not runfiles.is_finished(out / c.run_name(), c.rounds)]
     summary["skipped"] = len(configs) - len(todo)
     bar = tqdm(total=len(todo), desc="sweep", disable=not progress)
@@ -101,7 +131,7 @@ def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: i
     elif jobs <= 1:
         for config in todo:
             done(config, run_one(config, out, progress))
-    else:   # spawn: fresh interpreters, no torch state inherited from this one
+    else:  # spawn: fresh interpreters, no torch state inherited from this one
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             futures = {pool.submit(run_one, config, out): config for config in todo}
             for future in as_completed(futures):
@@ -113,8 +143,9 @@ def sweep(configs: list[Config], out: str | Path, progress: bool = True, jobs: i
     return summary
 
 
-def _sweep_on_ray(todo: list[Config], out: Path, address: str, jobs: int, cpus_per_run: float,
-                  gpus_per_run: float, done) -> None:
+def _sweep_on_ray(
+    todo: list[Config], out: Path, address: str, jobs: int, cpus_per_run: float, gpus_per_run: float, done
+) -> None:
     """Each run as a Ray task (``sweep``'s ``ray`` backend); ``done(config, error)`` as each one ends."""
     import ray
 
@@ -123,8 +154,12 @@ def _sweep_on_ray(todo: list[Config], out: Path, address: str, jobs: int, cpus_p
     started_here = not ray.is_initialized()
     if started_here:
         if address == "local":
-            ray.init(num_cpus=max(jobs, 1) if jobs > 1 else None, include_dashboard=False,
-                     configure_logging=False, log_to_driver=False)
+            ray.init(
+                num_cpus=max(jobs, 1) if jobs > 1 else None,
+                include_dashboard=False,
+                configure_logging=False,
+                log_to_driver=False,
+            )
         else:
             ray.init(address=address, configure_logging=False, log_to_driver=False)
     try:
@@ -135,7 +170,7 @@ def _sweep_on_ray(todo: list[Config], out: Path, address: str, jobs: int, cpus_p
             config = pending.pop(ready[0])
             try:
                 error = ray.get(ready[0])
-            except Exception as failure:   # noqa: BLE001 -- the worker itself died (killed, out of memory, ...)
+            except Exception as failure:  # noqa: BLE001 -- the worker itself died (killed, out of memory, ...)
                 error = f"the Ray task failed: {type(failure).__name__}: {failure}"
                 failed = Path(out) / "failed" / f"{config.run_name()}.txt"
                 failed.parent.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,9 @@ import numpy as np
 from ._stack import AggregationResult, ClientId, Stack, Updates
 
 
-def coordinate_median(updates: Updates, num_examples: Mapping[ClientId, float] | None = None, *,
-                      check_finite: bool = True) -> AggregationResult:
+def coordinate_median(
+    updates: Updates, num_examples: Mapping[ClientId, float] | None = None, *, check_finite: bool = True
+) -> AggregationResult:
     """Coordinate-wise median of updates (Yin et al. 2018).
 
     Example counts are accepted for the common signature and ignored. With an even number of

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from ._stack import AggregationResult, ClientId, Stack, Updates
 
 
-def fedavg(updates: Updates, num_examples: Mapping[ClientId, float], *,
-           check_finite: bool = True) -> AggregationResult:
+def fedavg(updates: Updates, num_examples: Mapping[ClientId, float], *, check_finite: bool = True) -> AggregationResult:
     """Sample-weighted mean of client updates (FedAvg, McMahan et al. 2017).
 
     Parameters

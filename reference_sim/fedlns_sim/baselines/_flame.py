@@ -11,9 +11,16 @@ import numpy as np
 from ._stack import AggregationResult, ClientId, Stack, Updates, clip_factors
 
 
-def flame(updates: Updates, num_examples: Mapping[ClientId, float], *, random_state: Any = None,
-          noise_scale: float = 1e-3, min_samples: int = 1, weighted: bool = False,
-          check_finite: bool = True) -> AggregationResult:
+def flame(
+    updates: Updates,
+    num_examples: Mapping[ClientId, float],
+    *,
+    random_state: Any = None,
+    noise_scale: float = 1e-3,
+    min_samples: int = 1,
+    weighted: bool = False,
+    check_finite: bool = True,
+) -> AggregationResult:
     """FLAME (Nguyen et al. 2022): cluster, keep the majority, clip, add noise.
 
     1. HDBSCAN (``sklearn.cluster.HDBSCAN``, ``metric="precomputed"``) on the pairwise cosine
@@ -79,10 +86,14 @@ def flame(updates: Updates, num_examples: Mapping[ClientId, float], *, random_st
             noise_dtype = update[key].dtype if update[key].dtype in (np.float32, np.float64) else np.float64
             noise = generator.standard_normal(update[key].shape, dtype=noise_dtype)
             update[key] += (sigma * noise).astype(update[key].dtype, copy=False)
-    details = {"labels": {cid: int(label) for cid, label in zip(stack.ids, labels)},
-               "median_norm": median_norm, "noise_sigma": sigma,
-               "norms": stack.by_client(norms), "factors": stack.by_client(factors),
-               "min_cluster_size": n // 2 + 1}
+    details = {
+        "labels": {cid: int(label) for cid, label in zip(stack.ids, labels)},
+        "median_norm": median_norm,
+        "noise_sigma": sigma,
+        "norms": stack.by_client(norms),
+        "factors": stack.by_client(factors),
+        "min_cluster_size": n // 2 + 1,
+    }
     return stack.result(update, kept_rows, details)
 
 
@@ -107,8 +118,9 @@ def cluster_labels(distances: np.ndarray, min_samples: int) -> np.ndarray:
         return np.zeros(n, dtype=int)
     from sklearn.cluster import HDBSCAN
 
-    clusterer = HDBSCAN(min_cluster_size=n // 2 + 1, min_samples=min_samples,
-                        metric="precomputed", allow_single_cluster=True, copy=True)
+    clusterer = HDBSCAN(
+        min_cluster_size=n // 2 + 1, min_samples=min_samples, metric="precomputed", allow_single_cluster=True, copy=True
+    )
     return clusterer.fit(distances).labels_
 
 

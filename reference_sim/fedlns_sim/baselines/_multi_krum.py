@@ -9,8 +9,15 @@ import numpy as np
 from ._stack import AggregationResult, ClientId, Stack, Updates, non_negative_int
 
 
-def multi_krum(updates: Updates, num_examples: Mapping[ClientId, float], *, f: int, m: int,
-               weighted: bool = False, check_finite: bool = True) -> AggregationResult:
+def multi_krum(
+    updates: Updates,
+    num_examples: Mapping[ClientId, float],
+    *,
+    f: int,
+    m: int,
+    weighted: bool = False,
+    check_finite: bool = True,
+) -> AggregationResult:
     """Multi-Krum (Blanchard et al. 2017): average the ``m`` updates with the lowest Krum scores.
 
     A client's score is the sum of squared L2 distances from its flattened update to its
@@ -61,8 +68,13 @@ def multi_krum(updates: Updates, num_examples: Mapping[ClientId, float], *, f: i
         coefficients[selected] = stack.counts[selected] / stack.counts[selected].sum()
     else:
         coefficients[selected] = 1.0 / len(selected)
-    details = {"scores": stack.by_client(scores), "neighbours": neighbours,
-               "f": f, "m": min(m, n), "weighted": weighted}
+    details = {
+        "scores": stack.by_client(scores),
+        "neighbours": neighbours,
+        "f": f,
+        "m": min(m, n),
+        "weighted": weighted,
+    }
     return stack.result(stack.combine(coefficients), selected, details)
 
 

@@ -10,9 +10,13 @@ import numpy as np
 from ._stack import AggregationResult, ClientId, Stack, Updates, clip_factors
 
 
-def norm_bounded_fedavg(updates: Updates, num_examples: Mapping[ClientId, float], *,
-                        bound: float | str = "median",
-                        check_finite: bool = True) -> AggregationResult:
+def norm_bounded_fedavg(
+    updates: Updates,
+    num_examples: Mapping[ClientId, float],
+    *,
+    bound: float | str = "median",
+    check_finite: bool = True,
+) -> AggregationResult:
     """FedAvg of updates clipped to an L2 norm bound (Sun et al. 2019, "Can you really backdoor").
 
     Each update is scaled by ``min(1, bound / ||u_i||)``, with ``||u_i||`` the L2 norm of the

@@ -114,5 +114,7 @@ def paper_parameters(malicious_fraction: float, clients_per_round: int = 20) -> 
     if clients_per_round < 1:
         raise ValueError("clients_per_round must be at least 1")
     f = int(math.floor(malicious_fraction * clients_per_round + 0.5 + 1e-9))
-    return {"trimmed_mean": {"trim_fraction": float(malicious_fraction)},
-            "multi_krum": {"f": f, "m": clients_per_round - f}}
+    return {
+        "trimmed_mean": {"trim_fraction": float(malicious_fraction)},
+        "multi_krum": {"f": f, "m": clients_per_round - f},
+    }

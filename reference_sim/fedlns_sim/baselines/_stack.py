@@ -103,20 +103,19 @@ class ClientDeltas(Mapping):
     def __init__(self, global_params: ParamDict, client_params: Mapping[ClientId, ParamDict]) -> None:
         if not isinstance(global_params, Mapping) or not isinstance(client_params, Mapping):
             raise ValueError("global_params and client_params must be mappings")
-        self.global_params = {key: _real_array(value, "global weights", key)
-                              for key, value in global_params.items()}
+        self.global_params = {key: _real_array(value, "global weights", key) for key, value in global_params.items()}
         self.client_params = dict(client_params)
         for cid, params in self.client_params.items():
             if not isinstance(params, Mapping):
-                raise ValueError(f"client {cid!r}: weights must be a mapping of named arrays, "
-                                 f"got {type(params).__name__}")
+                raise ValueError(
+                    f"client {cid!r}: weights must be a mapping of named arrays, got {type(params).__name__}"
+                )
             for key, reference in self.global_params.items():
                 if key not in params:
                     raise ValueError(f"client {cid!r}: key {key!r} missing")
                 local = _real_array(params[key], f"client {cid!r}", key)
                 if local.shape != reference.shape:
-                    raise ValueError(f"client {cid!r}: key {key!r} has shape {local.shape}, "
-                                     f"expected {reference.shape}")
+                    raise ValueError(f"client {cid!r}: key {key!r} has shape {local.shape}, expected {reference.shape}")
 
     def __getitem__(self, cid: ClientId) -> dict[str, np.ndarray]:
         params = self.client_params[cid]
@@ -153,8 +152,7 @@ class Stack:
         Raise ``ValueError`` naming the client and key when an update holds NaN or inf.
     """
 
-    def __init__(self, updates: Updates, num_examples: Mapping[ClientId, float] | None,
-                 check_finite: bool) -> None:
+    def __init__(self, updates: Updates, num_examples: Mapping[ClientId, float] | None, check_finite: bool) -> None:
         if not isinstance(updates, Mapping) or len(updates) == 0:
             raise ValueError("updates must be a non-empty mapping of client id -> named arrays")
         self.ids = tuple(updates)
@@ -177,19 +175,20 @@ class Stack:
         for cid in self.ids:
             update = updates[cid]
             if not isinstance(update, Mapping):
-                raise ValueError(f"client {cid!r}: update must be a mapping of named arrays, "
-                                 f"got {type(update).__name__}")
+                raise ValueError(
+                    f"client {cid!r}: update must be a mapping of named arrays, got {type(update).__name__}"
+                )
             if set(update) != key_set:
                 missing = sorted(key_set - set(update))
                 extra = sorted(set(update) - key_set)
-                raise ValueError(f"client {cid!r}: keys differ from client {first_id!r} "
-                                 f"(missing {missing}, extra {extra})")
+                raise ValueError(
+                    f"client {cid!r}: keys differ from client {first_id!r} (missing {missing}, extra {extra})"
+                )
             for key in self.keys:
                 array = _real_array(update[key], f"client {cid!r}", key)
                 expected = self.shapes.setdefault(key, array.shape)
                 if array.shape != expected:
-                    raise ValueError(f"client {cid!r}: key {key!r} has shape {array.shape}, "
-                                     f"expected {expected}")
+                    raise ValueError(f"client {cid!r}: key {key!r} has shape {array.shape}, expected {expected}")
                 dtypes.setdefault(key, []).append(array.dtype)
                 self.flat[key].append(array.reshape(-1))  # a view when contiguous
         self.out_dtype = {key: _float_dtype(dtypes[key]) for key in self.keys}
@@ -201,10 +200,12 @@ class Stack:
         self.shapes = {key: value.shape for key, value in deltas.global_params.items()}
         self.sizes = {key: value.size for key, value in deltas.global_params.items()}
         self.reference = {key: value.reshape(-1) for key, value in deltas.global_params.items()}
-        self.flat = {key: [np.asarray(deltas.client_params[cid][key]).reshape(-1) for cid in self.ids]
-                     for key in self.keys}
-        self.out_dtype = {key: _float_dtype([self.reference[key].dtype] + [a.dtype for a in self.flat[key]])
-                          for key in self.keys}
+        self.flat = {
+            key: [np.asarray(deltas.client_params[cid][key]).reshape(-1) for cid in self.ids] for key in self.keys
+        }
+        self.out_dtype = {
+            key: _float_dtype([self.reference[key].dtype] + [a.dtype for a in self.flat[key]]) for key in self.keys
+        }
 
     @property
     def n(self) -> int:
@@ -213,8 +214,7 @@ class Stack:
 
     # ---------------------------------------------------------------------------- streaming
 
-    def blocks(self, native: bool = False,
-               subtract: bool = True) -> Iterator[tuple[str, int, int, np.ndarray]]:
+    def blocks(self, native: bool = False, subtract: bool = True) -> Iterator[tuple[str, int, int, np.ndarray]]:
         """Yield (key, start, stop, block); block is a reused (n, stop-start) buffer.
 
         The buffer is float64, or with ``native`` the key's output dtype (enough for order
@@ -290,8 +290,7 @@ class Stack:
         for key, start, stop, block in self.blocks(native=True, subtract=False):
             columns = np.ascontiguousarray(block.T)  # (c, n)
             columns.sort(axis=1)
-            self.check(bool(np.isfinite(columns[:, 0]).all() and np.isfinite(columns[:, -1]).all()),
-                       key, block)
+            self.check(bool(np.isfinite(columns[:, 0]).all() and np.isfinite(columns[:, -1]).all()), key, block)
             out[key][start:stop] = reducer(columns) - self.shift(key, start, stop)
         return self._shaped(out)
 
@@ -323,8 +322,9 @@ class Stack:
         """Per-client values, (n,), as a dict of floats keyed by client id."""
         return {cid: float(value) for cid, value in zip(self.ids, values)}
 
-    def result(self, update: dict[str, np.ndarray], kept_rows: np.ndarray | None = None,
-               details: dict[str, Any] | None = None) -> AggregationResult:
+    def result(
+        self, update: dict[str, np.ndarray], kept_rows: np.ndarray | None = None, details: dict[str, Any] | None = None
+    ) -> AggregationResult:
         """The rule's :class:`AggregationResult`; ``kept_rows`` None for rules that keep everyone."""
         details = details or {}
         if kept_rows is None:
@@ -376,4 +376,3 @@ def _real_array(value: Any, owner: str, key: str) -> np.ndarray:
     if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         raise ValueError(f"{owner}: key {key!r} has dtype {array.dtype}, expected a real number type")
     return array
-

@@ -10,8 +10,13 @@ import numpy as np
 from ._stack import AggregationResult, ClientId, Stack, Updates
 
 
-def trimmed_mean(updates: Updates, num_examples: Mapping[ClientId, float] | None = None, *,
-                 trim_fraction: float, check_finite: bool = True) -> AggregationResult:
+def trimmed_mean(
+    updates: Updates,
+    num_examples: Mapping[ClientId, float] | None = None,
+    *,
+    trim_fraction: float,
+    check_finite: bool = True,
+) -> AggregationResult:
     """Coordinate-wise trimmed mean (Yin et al. 2018).
 
     For every coordinate, the ``k = floor(trim_fraction * n)`` largest and ``k`` smallest client
@@ -42,7 +47,7 @@ def trimmed_mean(updates: Updates, num_examples: Mapping[ClientId, float] | None
     n = stack.n
 
     def middle_mean(columns: np.ndarray) -> np.ndarray:
-        return columns[:, cut: n - cut].mean(axis=1, dtype=np.float64)
+        return columns[:, cut : n - cut].mean(axis=1, dtype=np.float64)
 
     return stack.result(stack.reduce_sorted(middle_mean), details={"trimmed_per_side": cut})
 

@@ -17,5 +17,17 @@ from .load import MixedCodeError, check_same_code, load_runs, machine_text
 from .tables import fraction_tables, to_latex, to_markdown
 from .write import write_report
 
-__all__ = ["MixedCodeError", "attack_matrix", "check_same_code", "clean_cost_rows", "fraction_tables", "load_runs",
-           "machine_text", "paired_rows", "recovery_rows", "to_latex", "to_markdown", "write_report"]
+__all__ = [
+    "MixedCodeError",
+    "attack_matrix",
+    "check_same_code",
+    "clean_cost_rows",
+    "fraction_tables",
+    "load_runs",
+    "machine_text",
+    "paired_rows",
+    "recovery_rows",
+    "to_latex",
+    "to_markdown",
+    "write_report",
+]

@@ -15,7 +15,7 @@ from ..config import ATTACK_NAMES, BASELINES, FAMILIES, METHODS, PARTITIONS
 from .load import PAPER_ATTACK, family_label
 from .stats import detection_rates, mean_std, recovery, t_interval
 
-KINDS = {"best": "best", "last10": "last 10"}   # best checkpoint; mean of the last ten rounds
+KINDS = {"best": "best", "last10": "last 10"}  # best checkpoint; mean of the last ten rounds
 
 
 def main_runs(summaries: list[dict]) -> list[dict]:
@@ -53,8 +53,7 @@ def table_fractions(runs: list[dict]) -> list[float]:
 
 def sweep_seeds(runs: list[dict]) -> list[int]:
     """The seeds a fraction sweep has at every fraction its table shows (:func:`table_fractions`)."""
-    return sorted(set.intersection(*({s["seed"] for s in runs if s["fraction"] == f}
-                                     for f in table_fractions(runs))))
+    return sorted(set.intersection(*({s["seed"] for s in runs if s["fraction"] == f} for f in table_fractions(runs))))
 
 
 def attacked_settings(summaries: list[dict]):
@@ -62,8 +61,9 @@ def attacked_settings(summaries: list[dict]):
     every main run by (family, partition, fraction, method, seed)."""
     main = main_runs(summaries)
     by_key = {(s["family"], s["partition"], s["fraction"], s["method"], s["seed"]): s for s in main}
-    for (family, partition, fraction), runs in sorted(group_runs(main, ("family", "partition", "fraction")).items(),
-                                                      key=lambda item: setting_order(*item[0])):
+    for (family, partition, fraction), runs in sorted(
+        group_runs(main, ("family", "partition", "fraction")).items(), key=lambda item: setting_order(*item[0])
+    ):
         if fraction:
             yield family, partition, fraction, runs, by_key
 
@@ -83,8 +83,10 @@ def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
         for method in BASELINES:
             shared = sorted(seed for seed in seeds if (family, partition, fraction, method, seed) in by_key)
             if shared:
-                candidates[method] = (np.mean([by_key[(family, partition, fraction, method, seed)]["perplexity"]
-                                               for seed in shared]), shared)
+                candidates[method] = (
+                    np.mean([by_key[(family, partition, fraction, method, seed)]["perplexity"] for seed in shared]),
+                    shared,
+                )
         if not candidates:
             continue
         strongest = min(candidates, key=lambda m: candidates[m][0])
@@ -92,13 +94,22 @@ def paired_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]:
             if other not in candidates or (label == "FedAvg" and strongest == "fedavg"):
                 continue
             shared = candidates[other][1]
-            row = {"family": family, "model": family_label(family, runs), "partition": partition, "fraction": fraction,
-                   "against": label,
-                   "baseline": other, "seeds": shared}
+            row = {
+                "family": family,
+                "model": family_label(family, runs),
+                "partition": partition,
+                "fraction": fraction,
+                "against": label,
+                "baseline": other,
+                "seeds": shared,
+            }
             for kind in KINDS:
                 key = "perplexity" if kind == "best" else "last10_perplexity"
-                differences = [by_key[(family, partition, fraction, "fedlns", seed)][key]
-                               - by_key[(family, partition, fraction, other, seed)][key] for seed in shared]
+                differences = [
+                    by_key[(family, partition, fraction, "fedlns", seed)][key]
+                    - by_key[(family, partition, fraction, other, seed)][key]
+                    for seed in shared
+                ]
                 row[kind] = t_interval(differences, confidence)
                 row[f"{kind}_wins"] = sum(d < 0 for d in differences)
             rows.append(row)
@@ -113,17 +124,29 @@ def recovery_rows(summaries: list[dict], confidence: float = 0.95) -> list[dict]
         for method in ordered({s["method"] for s in runs}):
             if method in ("fedavg", "oracle", "fedlns_two"):
                 continue
-            seeds = sorted(s["seed"] for s in runs if s["method"] == method
-                           and (family, partition, fraction, "fedavg", s["seed"]) in by_key
-                           and (family, partition, fraction, "oracle", s["seed"]) in by_key)
+            seeds = sorted(
+                s["seed"]
+                for s in runs
+                if s["method"] == method
+                and (family, partition, fraction, "fedavg", s["seed"]) in by_key
+                and (family, partition, fraction, "oracle", s["seed"]) in by_key
+            )
             if not seeds:
                 continue
-            row = {"family": family, "model": family_label(family, runs), "partition": partition, "fraction": fraction,
-                   "method": method, "seeds": seeds}
+            row = {
+                "family": family,
+                "model": family_label(family, runs),
+                "partition": partition,
+                "fraction": fraction,
+                "method": method,
+                "seeds": seeds,
+            }
             for kind in KINDS:
                 key = "perplexity" if kind == "best" else "last10_perplexity"
-                triples = [tuple(by_key[(family, partition, fraction, m, seed)][key]
-                                 for m in ("fedavg", method, "oracle")) for seed in seeds]
+                triples = [
+                    tuple(by_key[(family, partition, fraction, m, seed)][key] for m in ("fedavg", method, "oracle"))
+                    for seed in seeds
+                ]
                 row[kind] = t_interval([recovery(*t) for t in triples], confidence)
                 row[f"{kind}_of_means"] = recovery(*np.mean(triples, axis=0))
             rows.append(row)
@@ -137,17 +160,24 @@ def clean_cost_rows(summaries: list[dict], confidence: float = 0.95) -> list[dic
     rows = []
     clean = [s for s in main_runs(summaries) if s["fraction"] == 0]
     by_key = {(s["family"], s["partition"], s["method"], s["seed"]): s for s in clean}
-    for (family, partition), runs in sorted(group_runs(clean, ("family", "partition")).items(),
-                                            key=lambda item: setting_order(*item[0], 0.0)):
+    for (family, partition), runs in sorted(
+        group_runs(clean, ("family", "partition")).items(), key=lambda item: setting_order(*item[0], 0.0)
+    ):
         for method in ordered({s["method"] for s in runs}):
             if method in ("fedavg", "oracle"):
                 continue
             own = [s for s in runs if s["method"] == method and (family, partition, "fedavg", s["seed"]) in by_key]
             if not own:
                 continue
-            row = {"family": family, "model": family_label(family, runs), "partition": partition, "method": method,
-                   "seeds": sorted(s["seed"] for s in own), "selects_clients": own[0]["selects_clients"],
-                   "fpr": detection_rates(**{k: sum(s[k] for s in own) for k in ("tp", "fp", "fn", "tn")})["fpr"]}
+            row = {
+                "family": family,
+                "model": family_label(family, runs),
+                "partition": partition,
+                "method": method,
+                "seeds": sorted(s["seed"] for s in own),
+                "selects_clients": own[0]["selects_clients"],
+                "fpr": detection_rates(**{k: sum(s[k] for s in own) for k in ("tp", "fp", "fn", "tn")})["fpr"],
+            }
             for kind in KINDS:
                 key = "perplexity" if kind == "best" else "last10_perplexity"
                 pairs = [(s[key], by_key[(family, partition, "fedavg", s["seed"])][key]) for s in own]
@@ -167,38 +197,59 @@ def attack_matrix(summaries: list[dict], confidence: float = 0.95) -> list[dict]
     attacked = [s for s in summaries if s["fraction"] > 0]
     if len({s["attack"] for s in attacked}) < 2:
         return []
-    oracle = {(s["family"], s["partition"], s["fraction"], s["seed"]): s["perplexity"]
-              for s in attacked if s["method"] == "oracle"}
-    groups = group_runs([s for s in attacked if s["method"] != "oracle"],
-                        ("family", "partition", "fraction", "attack", "method"))
+    oracle = {
+        (s["family"], s["partition"], s["fraction"], s["seed"]): s["perplexity"]
+        for s in attacked
+        if s["method"] == "oracle"
+    }
+    groups = group_runs(
+        [s for s in attacked if s["method"] != "oracle"], ("family", "partition", "fraction", "attack", "method")
+    )
     cells = []
     for (family, partition, fraction, attack, method), runs in sorted(
-            groups.items(), key=lambda item: (*setting_order(*item[0][:3]), ATTACK_NAMES.index(item[0][3]),
-                                              METHODS.index(item[0][4]))):
+        groups.items(),
+        key=lambda item: (*setting_order(*item[0][:3]), ATTACK_NAMES.index(item[0][3]), METHODS.index(item[0][4])),
+    ):
         fedavg = {s["seed"]: s["perplexity"] for s in groups.get((family, partition, fraction, attack, "fedavg"), [])}
-        with_oracle = [(s, oracle[family, partition, fraction, s["seed"]]) for s in runs
-                       if (family, partition, fraction, s["seed"]) in oracle]
+        with_oracle = [
+            (s, oracle[family, partition, fraction, s["seed"]])
+            for s in runs
+            if (family, partition, fraction, s["seed"]) in oracle
+        ]
         paired = [(fedavg[s["seed"]], s["perplexity"], base) for s, base in with_oracle if s["seed"] in fedavg]
         above_oracle = [s["perplexity"] / base - 1 for s, base in with_oracle]
         totals = {k: sum(s[k] for s in runs) for k in ("tp", "fp", "fn", "tn")}
-        cells.append({"family": family, "partition": partition, "fraction": fraction, "attack": attack,
-                      "method": method, "seeds": sorted(s["seed"] for s in runs),
-                      "perplexity": mean_std([s["perplexity"] for s in runs]),
-                      "last10_perplexity": mean_std([s["last10_perplexity"] for s in runs]),
-                      "recovery": t_interval([recovery(*p) for p in paired], confidence) if paired else None,
-                      "above_oracle": t_interval(above_oracle, confidence) if above_oracle else None,
-                      "selects_clients": runs[0]["selects_clients"], **detection_rates(**totals),
-                      "backdoor_asr": mean_std([s["backdoor_asr"] for s in runs])})
+        cells.append(
+            {
+                "family": family,
+                "partition": partition,
+                "fraction": fraction,
+                "attack": attack,
+                "method": method,
+                "seeds": sorted(s["seed"] for s in runs),
+                "perplexity": mean_std([s["perplexity"] for s in runs]),
+                "last10_perplexity": mean_std([s["last10_perplexity"] for s in runs]),
+                "recovery": t_interval([recovery(*p) for p in paired], confidence) if paired else None,
+                "above_oracle": t_interval(above_oracle, confidence) if above_oracle else None,
+                "selects_clients": runs[0]["selects_clients"],
+                **detection_rates(**totals),
+                "backdoor_asr": mean_std([s["backdoor_asr"] for s in runs]),
+            }
+        )
     return cells
 
 
 def matrix_references(summaries: list[dict]) -> dict:
     """The references beside each panel of the attack matrix, which no attack changes: per (family, partition,
     fraction), ``{"Oracle": its runs at that fraction, "Clean": FedAvg's runs at 0%}``, either left out if absent."""
-    clean = group_runs([s for s in summaries if s["method"] == "fedavg" and s["fraction"] == 0],
-                       ("family", "partition"))
-    oracle = group_runs([s for s in summaries if s["method"] == "oracle" and s["fraction"] > 0],
-                        ("family", "partition", "fraction"))
+    clean = group_runs(
+        [s for s in summaries if s["method"] == "fedavg" and s["fraction"] == 0], ("family", "partition")
+    )
+    oracle = group_runs(
+        [s for s in summaries if s["method"] == "oracle" and s["fraction"] > 0], ("family", "partition", "fraction")
+    )
     settings = {(s["family"], s["partition"], s["fraction"]) for s in summaries if s["fraction"] > 0}
-    return {key: {name: runs for name, runs in (("Oracle", oracle.get(key)), ("Clean", clean.get(key[:2]))) if runs}
-            for key in settings}
+    return {
+        key: {name: runs for name, runs in (("Oracle", oracle.get(key)), ("Clean", clean.get(key[:2]))) if runs}
+        for key in settings
+    }

@@ -19,7 +19,7 @@ from ..runfiles import parse_records
 from ..runstore import stored_runs
 from .stats import auc, best_checkpoint, detection_rates, finite_loss, last10_loss, perplexity
 
-PAPER_ATTACK = "target_corruption"   # also the attack of runs whose config predates the setting
+PAPER_ATTACK = "target_corruption"  # also the attack of runs whose config predates the setting
 
 
 class MixedCodeError(ValueError):
@@ -55,36 +55,54 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
         totals = {k: sum(r[k] for r in decided) for k in ("tp", "fp", "fn", "tn")}
         active = [r["round"] for r in trained if r.get("active", True) and r.get("decided", True)]
         code = meta.get("code") or {}
-        summaries.append({
-            "run": name, "family": config["family"], "partition": config["partition"],
-            "method": reported_method(config), "fraction": config["malicious_fraction"], "seed": config["seed"],
-            "attack": config.get("attack", PAPER_ATTACK), "learning_rate": config["learning_rate"],
-            "backdoor_asr": _mean_or_nan([r.get("backdoor_asr") for r in last]),
-            "coverage": config["activation_coverage"], "rounds": config["rounds"], "completed": trained[-1]["round"],
-            "best_round": best["round"], "eval_loss": finite_loss(best), "perplexity": perplexity(finite_loss(best)),
-            "entropy": best["entropy"],
-            "last10_eval_loss": last10, "last10_perplexity": perplexity(last10),
-            "last10_entropy": _mean_or_nan([r.get("entropy") for r in last]),
-            "initial_perplexity": perplexity(finite_loss(records[0])) if records[0]["round"] == 0 else None,
-            "final_perplexity": perplexity(finite_loss(trained[-1])),
-            "unigram_perplexity": meta.get("unigram_perplexity"),
-            "selects_clients": any(r.get("selects_clients") for r in trained),
-            **totals, **detection_rates(**totals), **screening_diagnostics(trained),
-            "client_time_s": sum(r["client_time_s"] for r in trained),
-            "server_time_s": sum(r["server_time_s"] for r in trained),
-            "eval_time_s": sum(r["eval_time_s"] for r in trained),
-            "activation_round": active[0] if active else None,
-            "early_best": _early_best(trained, active[0]) if active else None,
-            "curve": [(r["round"], perplexity(finite_loss(r))) for r in records],
-            "corpus": config.get("corpus") or FAMILY_CORPUS[config["family"]],
-            "pretrain_corpus": config.get("pretrain_corpus", ""), "peft": config.get("peft", ""),
-            "n_parameters": meta.get("n_parameters"), "payload_parameters": meta.get("payload_parameters"),
-            "data_source": meta.get("data_source"),
-            "eval_positions": meta.get("eval_positions"),
-            "code_source": code.get("source", "unknown"), "code_commit": code.get("commit"),
-            "code_dirty": code.get("dirty"), "code_version": code.get("version"),
-            "machine": machine_text(meta.get("machine")),
-        })
+        summaries.append(
+            {
+                "run": name,
+                "family": config["family"],
+                "partition": config["partition"],
+                "method": reported_method(config),
+                "fraction": config["malicious_fraction"],
+                "seed": config["seed"],
+                "attack": config.get("attack", PAPER_ATTACK),
+                "learning_rate": config["learning_rate"],
+                "backdoor_asr": _mean_or_nan([r.get("backdoor_asr") for r in last]),
+                "coverage": config["activation_coverage"],
+                "rounds": config["rounds"],
+                "completed": trained[-1]["round"],
+                "best_round": best["round"],
+                "eval_loss": finite_loss(best),
+                "perplexity": perplexity(finite_loss(best)),
+                "entropy": best["entropy"],
+                "last10_eval_loss": last10,
+                "last10_perplexity": perplexity(last10),
+                "last10_entropy": _mean_or_nan([r.get("entropy") for r in last]),
+                "initial_perplexity": perplexity(finite_loss(records[0])) if records[0]["round"] == 0 else None,
+                "final_perplexity": perplexity(finite_loss(trained[-1])),
+                "unigram_perplexity": meta.get("unigram_perplexity"),
+                "selects_clients": any(r.get("selects_clients") for r in trained),
+                **totals,
+                **detection_rates(**totals),
+                **screening_diagnostics(trained),
+                "client_time_s": sum(r["client_time_s"] for r in trained),
+                "server_time_s": sum(r["server_time_s"] for r in trained),
+                "eval_time_s": sum(r["eval_time_s"] for r in trained),
+                "activation_round": active[0] if active else None,
+                "early_best": _early_best(trained, active[0]) if active else None,
+                "curve": [(r["round"], perplexity(finite_loss(r))) for r in records],
+                "corpus": config.get("corpus") or FAMILY_CORPUS[config["family"]],
+                "pretrain_corpus": config.get("pretrain_corpus", ""),
+                "peft": config.get("peft", ""),
+                "n_parameters": meta.get("n_parameters"),
+                "payload_parameters": meta.get("payload_parameters"),
+                "data_source": meta.get("data_source"),
+                "eval_positions": meta.get("eval_positions"),
+                "code_source": code.get("source", "unknown"),
+                "code_commit": code.get("commit"),
+                "code_dirty": code.get("dirty"),
+                "code_version": code.get("version"),
+                "machine": machine_text(meta.get("machine")),
+            }
+        )
     return summaries
 
 
@@ -98,8 +116,13 @@ def screening_diagnostics(trained: list[dict]) -> dict:
     """
     rounds = [r for r in trained if r.get("delta")]
     if not rounds:
-        return {"active_rounds": 0, "wrong_cluster_rounds": None, "auc": None, "one_component_rounds": None,
-                "singleton_rounds": None}
+        return {
+            "active_rounds": 0,
+            "wrong_cluster_rounds": None,
+            "auc": None,
+            "one_component_rounds": None,
+            "singleton_rounds": None,
+        }
     wrong, aucs, one, singleton = 0, [], 0, 0
     for r in rounds:
         bad = {str(c) for c in r.get("malicious_sampled", [])}
@@ -113,9 +136,13 @@ def screening_diagnostics(trained: list[dict]) -> dict:
             aucs.append(auc(attackers, benign))
         one += r.get("n_components") == 1
         singleton += r.get("n_components") == 2 and min(len(rejected), len(kept)) == 1
-    return {"active_rounds": len(rounds), "wrong_cluster_rounds": wrong,
-            "auc": float(np.mean(aucs)) if aucs else None, "one_component_rounds": one,
-            "singleton_rounds": singleton}
+    return {
+        "active_rounds": len(rounds),
+        "wrong_cluster_rounds": wrong,
+        "auc": float(np.mean(aucs)) if aucs else None,
+        "one_component_rounds": one,
+        "singleton_rounds": singleton,
+    }
 
 
 def _share(clients, bad) -> float:
@@ -140,13 +167,21 @@ def check_same_code(summaries: list[dict]) -> dict:
     for s in summaries:
         sources[s["code_source"]].append(s)
     if len(sources) > 1:
-        parts = ", ".join(f"{source} ({len(runs)} runs, commit {(runs[0]['code_commit'] or '?')[:10]})"
-                          for source, runs in sorted(sources.items(), key=lambda item: -len(item[1])))
-        raise MixedCodeError(f"the runs were made by {len(sources)} versions of the code: {parts}; re-run them "
-                             "at one version, or pass --allow-mixed-code")
+        parts = ", ".join(
+            f"{source} ({len(runs)} runs, commit {(runs[0]['code_commit'] or '?')[:10]})"
+            for source, runs in sorted(sources.items(), key=lambda item: -len(item[1]))
+        )
+        raise MixedCodeError(
+            f"the runs were made by {len(sources)} versions of the code: {parts}; re-run them "
+            "at one version, or pass --allow-mixed-code"
+        )
     first = summaries[0]
-    return {"source": first["code_source"], "commit": first["code_commit"], "dirty": first["code_dirty"],
-            "version": first["code_version"]}
+    return {
+        "source": first["code_source"],
+        "commit": first["code_commit"],
+        "dirty": first["code_dirty"],
+        "version": first["code_version"],
+    }
 
 
 def machine_text(machine: dict | None) -> str:
@@ -171,8 +206,10 @@ def family_label(family: str, runs: list[dict]) -> str:
     model = FAMILY_NAMES[family].split(" /")[0]
     if runs and all((s.get("data_source") or "").startswith("synthetic") for s in runs):
         return f"{model} / synthetic corpus"
-    if runs and runs[0].get("pretrain_corpus"):   # the fine-tuning scenario (finetune.py)
+    if runs and runs[0].get("pretrain_corpus"):  # the fine-tuning scenario (finetune.py)
         peft = {"lora": "LoRA", "": "full"}.get(runs[0]["peft"], runs[0]["peft"])
-        return (f"{model} / {CORPUS_NAMES[runs[0]['corpus']]}, {peft} fine-tuning of a "
-                f"{CORPUS_NAMES[runs[0]['pretrain_corpus']]} base")
+        return (
+            f"{model} / {CORPUS_NAMES[runs[0]['corpus']]}, {peft} fine-tuning of a "
+            f"{CORPUS_NAMES[runs[0]['pretrain_corpus']]} base"
+        )
     return FAMILY_NAMES[family]

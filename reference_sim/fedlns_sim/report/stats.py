@@ -82,8 +82,10 @@ def detection_rates(tp: int, fp: int, fn: int, tn: int) -> dict:
     >>> detection_rates(3, 1, 1, 5)
     {'tpr': 0.75, 'fpr': 0.16666666666666666, 'precision': 0.75}
     """
+
     def ratio(a, b):
         return a / b if b else float("nan")
+
     return {"tpr": ratio(tp, tp + fn), "fpr": ratio(fp, fp + tn), "precision": ratio(tp, tp + fp)}
 
 

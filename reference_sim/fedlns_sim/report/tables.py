@@ -18,7 +18,7 @@ from .load import PAPER_ATTACK, family_label
 from .stats import mean_std
 
 METRICS = {"eval_loss": "Test Loss", "perplexity": "Test PPL", "entropy": "Semantic Entropy"}
-CLEAN, UNIGRAM = "clean", "unigram"              # reference rows besides the oracle method
+CLEAN, UNIGRAM = "clean", "unigram"  # reference rows besides the oracle method
 ROW_NAMES = {**METHOD_NAMES, CLEAN: "Clean (FedAvg, 0% malicious)", UNIGRAM: "Unigram model"}
 
 
@@ -38,8 +38,10 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
             note = f"Seeds: {_seed_list(seeds)}."
             if seeds != all_seeds:
                 top = percent_text(max(s["fraction"] for s in subset))
-                note += (f" Those run at every fraction; all seeds of the {top}"
-                         f" comparison ({_seed_list(all_seeds)}) are in 'At a glance' and the paired tables.")
+                note += (
+                    f" Those run at every fraction; all seeds of the {top}"
+                    f" comparison ({_seed_list(all_seeds)}) are in 'At a glance' and the paired tables."
+                )
             fractions = table_fractions(subset)
             methods = ordered({s["method"] for s in subset})
             methods = [m for m in methods if m != "oracle"] + [m for m in methods if m == "oracle"]
@@ -57,19 +59,32 @@ def fraction_tables(summaries: list[dict]) -> list[dict]:
                     for column in columns:
                         cells[(CLEAN, column)] = _stat(clean, metric, column[1])
                 if metric == "perplexity":
-                    unigram = list({s["seed"]: s["unigram_perplexity"] for s in subset
-                                    if s["unigram_perplexity"] is not None}.values())   # one value per seed
+                    unigram = list(
+                        {
+                            s["seed"]: s["unigram_perplexity"] for s in subset if s["unigram_perplexity"] is not None
+                        }.values()
+                    )  # one value per seed
                     if unigram:
                         rows.append(UNIGRAM)
                         for column in columns:
                             cells[(UNIGRAM, column)] = mean_std(unigram) + (len(unigram),)
-                tables.append({"family": family, "partition": partition, "metric": metric,
-                               "title": f"{title} under different malicious-client fractions for "
-                                        f"{family_label(family, subset)} with {PARTITION_NAMES[partition]} partition "
-                                        "(best checkpoint and mean of the last 10 rounds)",
-                               "columns": [f"{percent_text(f)} {KINDS[kind]}" for f, kind in columns],
-                               "keys": columns, "rows": rows, "cells": cells, "seeds": seeds, "note": note,
-                               "references": {"oracle", CLEAN, UNIGRAM}})
+                tables.append(
+                    {
+                        "family": family,
+                        "partition": partition,
+                        "metric": metric,
+                        "title": f"{title} under different malicious-client fractions for "
+                        f"{family_label(family, subset)} with {PARTITION_NAMES[partition]} partition "
+                        "(best checkpoint and mean of the last 10 rounds)",
+                        "columns": [f"{percent_text(f)} {KINDS[kind]}" for f, kind in columns],
+                        "keys": columns,
+                        "rows": rows,
+                        "cells": cells,
+                        "seeds": seeds,
+                        "note": note,
+                        "references": {"oracle", CLEAN, UNIGRAM},
+                    }
+                )
     return tables
 
 
@@ -93,13 +108,19 @@ def gmm_tables(summaries: list[dict]) -> list[dict]:
         families = [f for f in FAMILIES if any(s["family"] == f for s in runs)]
         groups = group_runs(runs, ("method", "family"))
         for metric, title in METRICS.items():
-            tables.append({"title": f"GMM-selection ablation under {PARTITION_NAMES[partition]} partition with "
-                                    f"{percent_text(fraction)} malicious clients. Metric: {title}",
-                           "columns": [FAMILY_NAMES[f] for f in families], "keys": families,
-                           "rows": ["fedlns", "fedlns_two"], "metric": metric,
-                           "cells": {k: mean_std([s[metric] for s in rs]) + (len(rs),) for k, rs in groups.items()},
-                           "row_names": {"fedlns": "BIC 1/2-GMM", "fedlns_two": "Forced 2-GMM"},
-                           "row_header": "GMM rule"})
+            tables.append(
+                {
+                    "title": f"GMM-selection ablation under {PARTITION_NAMES[partition]} partition with "
+                    f"{percent_text(fraction)} malicious clients. Metric: {title}",
+                    "columns": [FAMILY_NAMES[f] for f in families],
+                    "keys": families,
+                    "rows": ["fedlns", "fedlns_two"],
+                    "metric": metric,
+                    "cells": {k: mean_std([s[metric] for s in rs]) + (len(rs),) for k, rs in groups.items()},
+                    "row_names": {"fedlns": "BIC 1/2-GMM", "fedlns_two": "Forced 2-GMM"},
+                    "row_header": "GMM rule",
+                }
+            )
     return tables
 
 
@@ -114,19 +135,35 @@ def bank_tables(summaries: list[dict]) -> list[dict]:
         groups = group_runs(runs, ("coverage", "family"))
         coverages = sorted({s["coverage"] for s in runs})
         names = {c: f"{round(c * 100)}%" for c in coverages}
-        common = {"columns": [FAMILY_NAMES[f] for f in families], "keys": families, "rows": coverages,
-                  "row_names": names, "row_header": "M_act/K"}
-        tables.append({**common, "title": f"Activation rounds, {PARTITION_NAMES[partition]} partition, "
-                                          f"{percent_text(fraction)} malicious", "metric": "activation_round",
-                       "digits": 1,
-                       "cells": {k: mean_std([s["activation_round"] for s in rs]) + (len(rs),)
-                                 for k, rs in groups.items()}})
+        common = {
+            "columns": [FAMILY_NAMES[f] for f in families],
+            "keys": families,
+            "rows": coverages,
+            "row_names": names,
+            "row_header": "M_act/K",
+        }
+        tables.append(
+            {
+                **common,
+                "title": f"Activation rounds, {PARTITION_NAMES[partition]} partition, "
+                f"{percent_text(fraction)} malicious",
+                "metric": "activation_round",
+                "digits": 1,
+                "cells": {k: mean_std([s["activation_round"] for s in rs]) + (len(rs),) for k, rs in groups.items()},
+            }
+        )
         for metric, title in METRICS.items():
-            tables.append({**common, "metric": metric,
-                           "title": f"Bank-coverage ablation, first ten active rounds, {PARTITION_NAMES[partition]} "
-                                    f"partition, {percent_text(fraction)} malicious. Metric: {title}",
-                           "cells": {k: mean_std([s["early_best"][metric] for s in rs]) + (len(rs),)
-                                     for k, rs in groups.items()}})
+            tables.append(
+                {
+                    **common,
+                    "metric": metric,
+                    "title": f"Bank-coverage ablation, first ten active rounds, {PARTITION_NAMES[partition]} "
+                    f"partition, {percent_text(fraction)} malicious. Metric: {title}",
+                    "cells": {
+                        k: mean_std([s["early_best"][metric] for s in rs]) + (len(rs),) for k, rs in groups.items()
+                    },
+                }
+            )
     return tables
 
 
@@ -134,9 +171,12 @@ def to_markdown(table: dict) -> str:
     """A table as Markdown; the lowest mean per column among the compared methods is bold (references never)."""
     names = table.get("row_names", ROW_NAMES)
     best = _best_per_column(table)
-    lines = [f"**{table['title']}**", "",
-             f"| {table.get('row_header', 'Method')} | " + " | ".join(table["columns"]) + " |",
-             "|---" * (len(table["columns"]) + 1) + "|"]
+    lines = [
+        f"**{table['title']}**",
+        "",
+        f"| {table.get('row_header', 'Method')} | " + " | ".join(table["columns"]) + " |",
+        "|---" * (len(table["columns"]) + 1) + "|",
+    ]
     for row in table["rows"]:
         cells = []
         for column in table["keys"]:
@@ -146,12 +186,13 @@ def to_markdown(table: dict) -> str:
             mean, std, n = table["cells"][(row, column)]
             text = cell_text(mean, std, table.get("digits", 2))
             text = f"**{text}**" if best.get(column) == row else text
-            if len(table.get("seeds", ())) > n:   # a cell with fewer seeds than the table
+            if len(table.get("seeds", ())) > n:  # a cell with fewer seeds than the table
                 text += f" (n={n})"
             cells.append(text)
         name = names.get(row, row)
-        lines.append(f"| {'*' + name + '*' if row in table.get('references', ()) else name} | " + " | ".join(cells)
-                     + " |")
+        lines.append(
+            f"| {'*' + name + '*' if row in table.get('references', ()) else name} | " + " | ".join(cells) + " |"
+        )
     if table.get("note"):
         lines += ["", table["note"]]
     return "\n".join(lines) + "\n"
@@ -162,10 +203,17 @@ def to_latex(table: dict) -> str:
     names = table.get("row_names", ROW_NAMES)
     best = _best_per_column(table)
     caption = table["title"] + "." + (" " + table["note"] if table.get("note") else "")
-    out = ["\\begin{table}[ht]\\centering", "\\caption{" + caption.replace("%", "\\%") + "}",
-           "\\begin{tabular}{l" + "c" * len(table["columns"]) + "}", "\\toprule",
-           table.get("row_header", "Method").replace("M_act", "$M_{\\mathrm{act}}$") + " & "
-           + " & ".join(c.replace("%", "\\%") for c in table["columns"]) + " \\\\", "\\midrule"]
+    out = [
+        "\\begin{table}[ht]\\centering",
+        "\\caption{" + caption.replace("%", "\\%") + "}",
+        "\\begin{tabular}{l" + "c" * len(table["columns"]) + "}",
+        "\\toprule",
+        table.get("row_header", "Method").replace("M_act", "$M_{\\mathrm{act}}$")
+        + " & "
+        + " & ".join(c.replace("%", "\\%") for c in table["columns"])
+        + " \\\\",
+        "\\midrule",
+    ]
     for row in table["rows"]:
         cells = []
         for column in table["keys"]:
@@ -176,8 +224,12 @@ def to_latex(table: dict) -> str:
             text = cell_text(mean, std, table.get("digits", 2)).replace("±", "$\\pm$")
             cells.append(f"\\textbf{{{text}}}" if best.get(column) == row else text)
         name = f"{names.get(row, row)}".replace("%", "\\%")
-        out.append(("\\textit{" + name + "}" if row in table.get("references", ()) else name) + " & "
-                   + " & ".join(cells) + " \\\\")
+        out.append(
+            ("\\textit{" + name + "}" if row in table.get("references", ()) else name)
+            + " & "
+            + " & ".join(cells)
+            + " \\\\"
+        )
     out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return "\n".join(out)
 
@@ -187,9 +239,13 @@ def _best_per_column(table):
     if table.get("metric") == "activation_round":
         return best
     for column in table["keys"]:
-        candidates = [(table["cells"][(row, column)][0], i, row) for i, row in enumerate(table["rows"])
-                      if (row, column) in table["cells"] and row not in table.get("references", ())
-                      and math.isfinite(table["cells"][(row, column)][0])]
+        candidates = [
+            (table["cells"][(row, column)][0], i, row)
+            for i, row in enumerate(table["rows"])
+            if (row, column) in table["cells"]
+            and row not in table.get("references", ())
+            and math.isfinite(table["cells"][(row, column)][0])
+        ]
         if candidates:
             best[column] = min(candidates)[2]
     return best
