@@ -77,8 +77,8 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
     Every group of the average-linkage tree of the round (every cluster of every cut) of at least two clients
     is a candidate *core*; it is apart from the rest when its mean cosine within is coherent and its mean cosine
     to the rest is below ``separation`` times that. Coherent: at least ``MIN_COHERENCE``, and at least four
-    standard errors above chance, where two unrelated updates of ``dimension`` numbers (the sketch's length, or
-    the update's where that is shorter) have cosines of about ``1 / sqrt(dimension)``: a core of m clients averages
+    standard errors above chance, where two unrelated updates of ``dimension`` independent numbers have cosines
+    of about ``1 / sqrt(dimension)``: a core of m clients averages
     m (m - 1) / 2 of them, so it needs ``4 / sqrt(dimension * m (m - 1) / 2)``. Without this, two noise updates
     of a small model that happen to agree would be a core. Of the cores apart from the rest, the
     one with the most coherence (size times mean cosine within) cuts the round: two opposed groups give the
@@ -241,15 +241,16 @@ def cohort_rule(
     graph : CohortGraph
         The graph before this round.
     dimension : int, optional
-        How many independent numbers a sketch holds (the sketch's length, or the update's where shorter): sets
-        the chance level of cosines (:func:`round_parts`).
-    stamps, bank_scores : (B,), (B,)
-        Round stamp and screened score of each bank entry; the ``recent`` latest entries' scores are the loud
-        test's reference.
+        How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
+        Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
+        more coordinates than it has, fewer where only a few coordinates moved (a small adapter in a frozen
+        model: its sketch is zero wherever no moved coordinate folds).
     """
     n = len(ids)
     units = _unit(sketches)
     cosines = units @ units.T
+    if dimension is None:
+        dimension = max(int(np.median(np.count_nonzero(sketches, axis=1))), 1)
     parts = round_parts(cosines, separation=separation, dimension=dimension)
     cut = parts if parts is not None and parts.apart else None
     graph = graph.updated(ids, None if cut is None else cut.first, decay)

@@ -665,7 +665,6 @@ class FedLNS:
                 loud_separation=settings["loud_separation"],
                 decay=settings["cohort_decay"],
                 decide=not warming_up,
-                dimension=min(sketch_dim, sum(int(v.size) for v in global_params.values())),
             )
         if warming_up:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()

@@ -142,12 +142,6 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
     return decisions
 
 
-def parameter_count(run_dir: Path) -> int:
-    """How many numbers each client sent in the run (its payload: the whole model, or the adapters)."""
-    meta = read_meta(run_dir)
-    return int(meta.get("payload_parameters") or meta["n_parameters"])
-
-
 def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     """Per screened round of a ``fedlns_default`` run: the clients ``FedLNS()``'s rule keeps, under ``variant``
     (``cohort``, ``support`` or ``round_first:T``), from its recorded signatures and update sketches."""
@@ -196,7 +190,6 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
                 decide=bool(record.get("active")),
-                dimension=min(screener.sketch_dim, parameter_count(run_dir)),
             )
             graph = outcome.graph.restricted(list(bank))
         if not record.get("active"):
