@@ -19,4 +19,4 @@ trap 'rm -rf "$joined"' EXIT
 tar -xJf docs/results/attacks/runs.tar.xz -C "$joined"
 tar -xJf "$dest/runs.tar.xz" -C "$joined"          # a run of both folders: the robust one's copy is kept
 "$sim" report "$joined" --out "$dest" --allow-mixed-code
-"$python" scripts/robust_table.py "$dest" > "$dest/matrix.md"
+"$python" scripts/robust_table.py "$dest" --ours fedlns_support > "$dest/matrix.md"

@@ -1,9 +1,13 @@
 """The robustness matrix of ``FedLNS()`` (the simulator's ``fedlns_default``) and its targets, as Markdown.
 
 Joins the archived attack matrix (``docs/results/attacks/``: every method under the twelve original attacks,
-GPT IID, seeds 100-300) with the runs made by ``scripts/results_robust.sh`` (``fedlns_default`` everywhere, every
-method under the three attacks written against it, non-IID GPT and IID LLaMA): a runs folder, or a results folder
-holding their archive (``docs/results/robust``). Every number is a run's summary as the report computes
+GPT IID, seeds 100-300) with the runs made by ``scripts/results_robust.sh`` (the support rule, ``FedLNS()``'s default
+then, everywhere, every method under the three attacks written against it, non-IID GPT and IID LLaMA) and by
+``scripts/results_cohort.sh`` (the cohort rule, the default now, on the same cells and under ``majority_only``):
+runs folders, or results folders holding their archives (``docs/results/robust``, ``docs/results/cohort``). The
+rule in the ``FedLNS()`` column is ``--ours``: ``fedlns_default`` (the cohort rule, default) or ``fedlns_support``
+(the support rule: the table ``docs/results/robust`` was made with); with the cohort rule the support rule is shown
+beside it and counts as one of the other defences. Every number is a run's summary as the report computes
 it (``fedlns_sim.report.load.load_runs``: best checkpoint, and the perplexity of the last ten rounds' mean loss),
 averaged over the seeds given; a cell is shown only when every method in it has every seed.
 
@@ -17,12 +21,14 @@ The targets checked (for GPT IID, the twelve original attacks and the three new 
 * clean cost: without attackers, paired by seed against clean FedAvg, mean at most +1% and the 95% interval's
   upper end at most +3%.
 
-Usage: python scripts/robust_table.py RUNS [SEEDS]   (RUNS: a runs folder, or a results folder such as
-docs/results/robust; SEEDS: comma-separated, default 100,200,300)
+Usage: python scripts/robust_table.py RUNS [RUNS ...] [--seeds S] [--ours M]   (RUNS: runs folders or results
+folders such as docs/results/robust, a later one's run replacing an earlier one's of the same cell and seed; S:
+comma-separated, default 100,200,300; M: fedlns_default, the default, or fedlns_support)
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from collections import defaultdict
@@ -36,20 +42,24 @@ from fedlns_sim.report.load import load_runs
 ROOT = Path(__file__).resolve().parent.parent
 ORIGINAL = ("target_corruption", "backdoor", "sign_flip", "scaling", "gaussian", "alie", "ipm", "minmax",
             "norm_mimicry", "norm_freeze", "decoy", "delta_budget")
-NEW = ("norm_noise", "band_mimic", "ipm_search")
+NEW = ("norm_noise", "band_mimic", "ipm_search", "majority_only")
 DETECTED = ("target_corruption", "norm_freeze", "ipm")
 DEFENCES = {"norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median", "trimmed_mean": "Trimmed",
             "multi_krum": "Multi-Krum", "flame": "FLAME", "fedlns": "FedLNS.paper()",
             "fedlns_multi_krum": "paper+Multi-Krum", "fedlns_median": "paper+Median",
-            "fedlns_norm_bound": "paper+Norm-Bound"}
+            "fedlns_norm_bound": "paper+Norm-Bound", "fedlns_support": "support rule"}
 SETTINGS = (("gpt", "iid"), ("gpt", "noniid"), ("llama", "iid"))
+OURS = "fedlns_default"       # the FedLNS() column (--ours)
+COLUMNS = ("fedavg", "flame", "fedlns", "fedlns_support")      # the methods shown in the non-IID and LLaMA tables
+COLUMN_NAMES = {"fedavg": "FedAvg", "flame": "FLAME", "fedlns": "FedLNS.paper()", "fedlns_support": "support rule",
+                "fedlns_default": "FedLNS()"}
 
 
-def gather(runs_dir: Path, seeds: tuple[int, ...]) -> dict:
+def gather(runs_dirs: list[Path], seeds: tuple[int, ...]) -> dict:
     """(family, partition, method, fraction, attack) -> {seed: run summary}; without attackers the attack is "-".
-    A run of the robustness folder replaces the archived one of the same cell and seed."""
+    A run of a later folder replaces an earlier one's of the same cell and seed (the attack matrix comes first)."""
     cells: dict = defaultdict(dict)
-    for folder in (ROOT / "docs/results/attacks", runs_dir):
+    for folder in (ROOT / "docs/results/attacks", *runs_dirs):
         for run in load_runs(folder):
             if run["seed"] in seeds:
                 attack = run["attack"] if run["fraction"] > 0 else "-"
@@ -110,23 +120,26 @@ def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], target
                   "|---|---:|---|---:|---:|---:|---:|---:|"]
         for attack in ORIGINAL + NEW:
             key = lambda method: ("gpt", "iid", method, fraction, attack)  # noqa: E731
-            if not (complete(key("fedavg")) and complete(key("fedlns_default")) and complete(key("fedlns"))):
+            if not (complete(key("fedavg")) and complete(key(OURS))):
                 continue
-            fedavg, ours, paper = cells[key("fedavg")], cells[key("fedlns_default")], cells[key("fedlns")]
-            others = [(mean_of(cells[key(m)], seeds, "perplexity"), m) for m in DEFENCES if complete(key(m))]
+            fedavg, ours = cells[key("fedavg")], cells[key(OURS)]
+            paper = cells[key("fedlns")] if complete(key("fedlns")) else None
+            others = [(mean_of(cells[key(m)], seeds, "perplexity"), m) for m in DEFENCES
+                      if m != OURS and complete(key(m))]
+            if not others:
+                continue
             best_other = min(others)
             vs, worst, tpr, fpr = against_fedavg(ours, fedavg, seeds)
             vs_best = excess(mean_of(ours, seeds, "perplexity"), best_other[0])   # negative: ahead of every peer
             lines.append(
                 f"| `{attack}` | {shown(mean_of(fedavg, seeds, 'perplexity'))} / "
                 f"{shown(mean_of(fedavg, seeds, 'last10_perplexity'))} | {DEFENCES[best_other[1]]} "
-                f"{shown(best_other[0])} | {shown(mean_of(paper, seeds, 'perplexity'))} / "
-                f"{shown(mean_of(paper, seeds, 'last10_perplexity'))} | {shown(mean_of(ours, seeds, 'perplexity'))} / "
+                f"{shown(best_other[0])} | {both(paper, seeds)} | {shown(mean_of(ours, seeds, 'perplexity'))} / "
                 f"{shown(mean_of(ours, seeds, 'last10_perplexity'))} | {percent(vs['perplexity'])} / "
                 f"{percent(vs['last10_perplexity'])}; {percent(worst)} | {percent(vs_best)} | {tpr:.2f} / {fpr:.2f} |")
             cell = f"{attack} {fraction:.0%}"
             check(targets, f"GPT IID {cell}", attack, vs, worst, tpr, fpr)
-            if attack in ORIGINAL:
+            if attack in ORIGINAL and paper is not None:
                 targets["original cells"] += 1
                 if vs_best <= 2.0:                                           # within 2% of the best, or the best
                     targets["within 2%"] += 1
@@ -145,12 +158,10 @@ def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets:
         for fraction in (0.4, 0.2):
             for attack in DETECTED + NEW:
                 key = lambda method: (family, partition, method, fraction, attack)  # noqa: E731
-                if not (complete(key("fedavg")) and complete(key("fedlns_default"))):
+                if not (complete(key("fedavg")) and complete(key(OURS))):
                     continue
-                shown_runs = [f"{shown(mean_of(cells[key(m)], seeds, 'perplexity'))} / "
-                              f"{shown(mean_of(cells[key(m)], seeds, 'last10_perplexity'))}" if complete(key(m))
-                              else "-" for m in ("fedavg", "flame", "fedlns", "fedlns_default")]
-                ours, fedavg = cells[key("fedlns_default")], cells[key("fedavg")]
+                shown_runs = [both(cells[key(m)] if complete(key(m)) else None, seeds) for m in COLUMNS]
+                ours, fedavg = cells[key(OURS)], cells[key("fedavg")]
                 vs, worst, tpr, fpr = against_fedavg(ours, fedavg, seeds)
                 vs_flame = (percent(excess(mean_of(ours, seeds, "perplexity"),
                                            mean_of(cells[key("flame")], seeds, "perplexity")))
@@ -161,15 +172,15 @@ def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets:
                 check(targets, f"{family.upper()} {partition} {attack} {fraction:.0%}", attack, vs, worst, tpr, fpr)
         if rows:
             lines += [f"\n**{family.upper()} {partition}**\n",
-                      "| cell | FedAvg | FLAME | FedLNS.paper() | FedLNS() | vs FedAvg (best / last 10; worst seed) "
-                      "| vs FLAME (best) | TPR / FPR |",
-                      "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]
+                      "| cell | " + " | ".join(COLUMN_NAMES[m] for m in COLUMNS) + " | vs FedAvg (best / last 10; "
+                      "worst seed) | vs FLAME (best) | TPR / FPR |",
+                      "|---|" + "---:|" * (len(COLUMNS) + 3), *rows]
 
 
 def clean_cost(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
     for family, partition in SETTINGS:
         fedavg = cells.get((family, partition, "fedavg", 0.0, "-"), {})
-        ours = cells.get((family, partition, "fedlns_default", 0.0, "-"), {})
+        ours = cells.get((family, partition, OURS, 0.0, "-"), {})
         paired = [s for s in seeds if s in fedavg and s in ours]
         if not paired:
             continue
@@ -184,10 +195,25 @@ def clean_cost(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: d
                 targets["clean"].append((label, mean, upper))
 
 
+def both(runs: dict | None, seeds) -> str:
+    """Best / last-10 mean over the seeds, or "-" without the runs."""
+    if runs is None:
+        return "-"
+    return f"{shown(mean_of(runs, seeds, 'perplexity'))} / {shown(mean_of(runs, seeds, 'last10_perplexity'))}"
+
+
 def main(argv: list[str]) -> int:
-    runs_dir = Path(argv[0])
-    seeds = tuple(int(s) for s in (argv[1] if len(argv) > 1 else "100,200,300").split(","))
-    cells = gather(runs_dir, seeds)
+    global OURS, COLUMNS
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--seeds", default="100,200,300")
+    parser.add_argument("--ours", choices=("fedlns_default", "fedlns_support"), default="fedlns_default")
+    args = parser.parse_args(argv)
+    OURS = args.ours
+    if OURS == "fedlns_default":     # the rule before it, beside it
+        COLUMNS = ("fedavg", "flame", "fedlns", "fedlns_support", "fedlns_default")
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    cells = gather(args.runs, seeds)
     targets: dict = {"worse than FedAvg": [], "not within 2%": [], "detection": [], "clean": [],
                      "original cells": 0, "within 2%": 0, "paper attack vs oracle": math.nan}
     lines = [f"Seeds {', '.join(map(str, seeds))}; best / last-10 perplexity, means over the seeds."]
