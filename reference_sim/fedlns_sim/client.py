@@ -190,7 +190,8 @@ def train_clients_batched(
         return functional_call(model, (params, buffers), (inputs,)).logits
 
     batched_logits = vmap(logits_of)
-    n_examples, losses = [0] * n_jobs, [[] for _ in range(n_jobs)]
+    n_examples = [0] * n_jobs
+    losses: list[list[float]] = [[] for _ in range(n_jobs)]
     attention = model.config._attn_implementation
     model.config._attn_implementation = "eager"
     try:
@@ -228,8 +229,8 @@ def train_clients_batched(
                 losses[k].append(value)
     finally:
         model.config._attn_implementation = attention
-    results = [None] * n_jobs
+    results: dict[int, tuple[dict[str, np.ndarray], float, float]] = {}  # job -> its result
     for position, k in enumerate(order):
         params = {name: p[position].detach().cpu().numpy().copy() for name, p in stacked.items()}
         results[k] = (params, float(n_examples[position]), float(np.mean(losses[position])))
-    return results
+    return [results[k] for k in range(n_jobs)]  # order is a permutation of the jobs: each filled once

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,7 @@ IGNORE = -100  # target value of positions without supervision (torch's cross-en
 class Tokenizer:
     """The little the simulator needs from a tokenizer."""
 
-    encode: object  # callable: str -> list[int], no special tokens added
+    encode: Callable[[str], list[int]]  # no special tokens added
     vocab_size: int
     special_ids: tuple[int, ...]  # never corrupted into, never masked
     eos_id: int | None = None
@@ -242,6 +243,7 @@ def train_bpe_tokenizer(family: str, texts: list[str], vocab_size: int, cache: P
     if cache.is_file():
         backend = Backend.from_file(str(cache))
     else:
+        trainer: trainers.Trainer  # WordPiece for BERT, BPE for the others
         if family == "bert":
             specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
             backend = Backend(models.WordPiece(unk_token="[UNK]"))
@@ -324,6 +326,7 @@ def build_corpus(config, data_dir: Path | None, cache_dir: Path, tokenizer: Toke
     train_docs = _encode_until(tokenizer, train_texts, n_train_needed)
     eval_docs = _encode_until(tokenizer, eval_texts, n_eval_needed)
     if config.family == "bert":
+        assert tokenizer.cls_id is not None and tokenizer.sep_id is not None  # BERT tokenizers set both
         train = mlm_blocks(train_docs, config.block_size, tokenizer.cls_id, tokenizer.sep_id)
         test = mlm_blocks(eval_docs, config.block_size, tokenizer.cls_id, tokenizer.sep_id)
     else:
@@ -376,6 +379,7 @@ def mask_for_mlm(
     targets = torch.where(picked, blocks, torch.full_like(blocks, IGNORE))
     draw = torch.rand(blocks.shape, generator=generator)
     inputs = blocks.clone()
+    assert tokenizer.mask_id is not None  # MLM masking: a BERT tokenizer, which has [MASK]
     inputs[picked & (draw < 0.8)] = tokenizer.mask_id
     randomised = picked & (draw >= 0.8) & (draw < 0.9)
     candidates = valid_target_ids(tokenizer)

@@ -19,7 +19,7 @@ def build_model(config, vocab_size: int) -> torch.nn.Module:
     if config.family == "gpt":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        model_config = GPT2Config(
+        gpt_config = GPT2Config(
             vocab_size=vocab_size,
             n_positions=config.max_position_embeddings,
             n_embd=config.n_embd,
@@ -32,11 +32,11 @@ def build_model(config, vocab_size: int) -> torch.nn.Module:
             bos_token_id=None,
             eos_token_id=None,
         )
-        model = GPT2LMHeadModel(model_config)
+        model: torch.nn.Module = GPT2LMHeadModel(gpt_config)
     elif config.family == "bert":
         from transformers import BertConfig, BertForMaskedLM
 
-        model_config = BertConfig(
+        bert_config = BertConfig(
             vocab_size=vocab_size,
             hidden_size=config.n_embd,
             num_hidden_layers=config.n_layer,
@@ -44,11 +44,11 @@ def build_model(config, vocab_size: int) -> torch.nn.Module:
             intermediate_size=config.intermediate_size or 4 * config.n_embd,
             max_position_embeddings=config.max_position_embeddings,
         )
-        model = BertForMaskedLM(model_config)
+        model = BertForMaskedLM(bert_config)
     elif config.family == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        model_config = LlamaConfig(
+        llama_config = LlamaConfig(
             vocab_size=vocab_size,
             hidden_size=config.n_embd,
             num_hidden_layers=config.n_layer,
@@ -59,7 +59,7 @@ def build_model(config, vocab_size: int) -> torch.nn.Module:
             rms_norm_eps=1e-6,
             initializer_range=0.02,
         )
-        model = LlamaForCausalLM(model_config)
+        model = LlamaForCausalLM(llama_config)
     else:
         raise ValueError(f"unknown family {config.family!r}")
     return model

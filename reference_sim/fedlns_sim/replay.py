@@ -38,10 +38,10 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from fedlns_core import bic_gmm_retain, deviation_scores, median_mad, standardize
-from fedlns_core._cohort import CohortGraph, cohort_rule
-from fedlns_core._rules import guarded_rule
-from fedlns_core._support import _unit, recent_rows, support_rule
+from fedlns_core import MixtureDecision, bic_gmm_retain, deviation_scores, median_mad, standardize
+from fedlns_core._cohort import CohortGraph, CohortOutcome, cohort_rule
+from fedlns_core._rules import RuleOutcome, guarded_rule
+from fedlns_core._support import SupportOutcome, _unit, recent_rows, support_rule
 
 from .runfiles import read_meta, read_records
 
@@ -61,11 +61,18 @@ def load_signatures(run_dir: Path) -> dict[int, tuple[list[int], np.ndarray]]:
     return rounds
 
 
+def _run_config(run_dir: Path) -> dict:
+    """The config a run folder records; a folder without one is no run."""
+    meta = read_meta(run_dir)
+    if meta is None:
+        raise FileNotFoundError(f"{run_dir} has no config.json: not a run folder")
+    return meta["config"]
+
+
 def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
     """Per active round of the run: the clients each rule keeps, under ``variant`` (default: the run's own rule,
     ``paper`` or, for a ``fedlns_default`` run, ``support``)."""
-    meta = read_meta(run_dir)
-    config = meta["config"]
+    config = _run_config(run_dir)
     if not config["method"].startswith("fedlns"):
         raise ValueError(f"{run_dir} is a {config['method']} run, not FedLNS")
     if config["method"] == "fedlns_default":
@@ -105,6 +112,7 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
         features = standardize(signatures, median, mad)  # (N, D)
         scores = deviation_scores(features)
         seed = int(np.random.SeedSequence([random_state, index]).generate_state(1)[0])  # the screener's per round
+        decision: RuleOutcome | MixtureDecision
         if name == "guarded":
             bank_features = standardize(np.stack(entries), median, mad)  # (B, D)
             lone, _, gap = (argument or "3").partition(":")
@@ -151,11 +159,12 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     name, _, argument = variant.partition(":")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
-    screener = make_screener(config_from_dict(read_meta(run_dir)["config"]))
+    screener = make_screener(config_from_dict(_run_config(run_dir)))
     recent = max(screener.activation_threshold, 3)
     records = {r["round"]: r for r in read_records(run_dir)}
     bank: dict[int, list] = {}  # client -> [signature, sketch, stamp, score], in the screener's column order
     graph = CohortGraph()
+    outcome: CohortOutcome | SupportOutcome  # the cohort rule's for variant cohort, else the support rule's
     decisions = []
     for t, path in sorted((int(p.stem.split("-")[1]), p) for p in (Path(run_dir) / "signatures").glob("round-*.npz")):
         with np.load(path) as stored:
@@ -306,7 +315,7 @@ def hypotheses(run_dirs: list[Path], variants=("paper", "max_age:5", "exclude_ro
     cause of wrong decisions, and the replayed variants' detection rates."""
     groups: dict[tuple, list[Path]] = {}
     for run_dir in run_dirs:
-        config = read_meta(run_dir)["config"]
+        config = _run_config(run_dir)
         blocks = config["max_train_blocks"] // config["num_clients"]
         steps = config["local_epochs"] * -(-blocks // config["batch_size"])
         groups.setdefault((config["family"], config["partition"], steps), []).append(Path(run_dir))

@@ -247,6 +247,7 @@ def _resume(run_dir: Path, federation: _Federation) -> _Server:
     global_params, screener = get_params(federation.model), make_screener(config)
     if start:
         checkpoint = runfiles.checkpoint_dir(run_dir)
+        assert checkpoint is not None  # start > 0: state.json exists and names it
         with np.load(checkpoint / "global.npz") as stored:
             global_params = {k: stored[k] for k in global_params}
         if screener is not None:
@@ -390,6 +391,7 @@ def _save_signatures(run_dir: Path, t: int, config: Config, server: _Server, cli
     (for offline replay of the screening); for the ``"cohort"`` and ``"support"`` rules also each client's update
     sketch and the round's stamp in the bank (``server.screener`` has taken in the round)."""
     global_params, screener = server.global_params, server.screener
+    assert screener is not None  # called for FedLNS runs only
     ids = sorted(client_params)
     keys, signatures = screener.client_signatures(global_params, {c: client_params[c] for c in ids})
     rows = np.stack([signatures[c] for c in ids])  # (n_clients, D) float64

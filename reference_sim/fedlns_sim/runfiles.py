@@ -80,7 +80,11 @@ def code_identity() -> dict:
     import importlib
 
     digest = hashlib.sha256()
-    roots = [Path(importlib.import_module(name).__file__).parent for name in _CODE_PACKAGES]
+    roots = []
+    for name in _CODE_PACKAGES:
+        init = importlib.import_module(name).__file__
+        assert init is not None, name  # regular packages (with an __init__.py), not namespace ones
+        roots.append(Path(init).parent)
     for name, root in zip(_CODE_PACKAGES, roots):
         for path in sorted(root.rglob("*.py")):
             if path.relative_to(root).parts[0] in _READS_RUN_FILES_ONLY.get(name, ()):

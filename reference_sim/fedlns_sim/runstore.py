@@ -106,7 +106,9 @@ def read_archive(path: str | Path) -> dict[str, dict[str, bytes]]:
         for member in tar:
             if member.isfile():
                 run, _, file_name = member.name.partition("/")
-                runs.setdefault(run, {})[file_name] = tar.extractfile(member).read()
+                handle = tar.extractfile(member)
+                assert handle is not None  # None only for members that are not regular files
+                runs.setdefault(run, {})[file_name] = handle.read()
     return runs
 
 
@@ -116,7 +118,7 @@ def write_archive(path: str | Path, runs: dict[str, dict[str, bytes]]) -> None:
     The same runs in the same order give the same bytes: members carry no time, owner or mode of this machine.
     """
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:xz", preset=_PRESET) as tar:
+    with tarfile.open(fileobj=buffer, mode="w:xz", preset=_PRESET) as tar:  # type: ignore[call-overload]  # typeshed: preset 0-9, no EXTREME flag
         for run, files in runs.items():
             for file_name, data in files.items():
                 member = tarfile.TarInfo(f"{run}/{file_name}")  # mtime 0, owner 0, mode 0o644

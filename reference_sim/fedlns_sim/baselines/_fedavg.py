@@ -34,5 +34,6 @@ def fedavg(updates: Updates, num_examples: Mapping[ClientId, float], *, check_fi
     array([2., 1.])
     """
     stack = Stack(updates, num_examples, check_finite)
+    assert stack.counts is not None  # num_examples is required here
     weights = stack.counts / stack.counts.sum()
     return stack.result(stack.combine(weights), details={"weights": stack.by_client(weights)})

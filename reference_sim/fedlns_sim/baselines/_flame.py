@@ -74,6 +74,7 @@ def flame(
     factors = clip_factors(norms, median_norm)
     coefficients = np.zeros(n)
     if weighted:
+        assert stack.counts is not None  # num_examples is required here
         share = stack.counts[kept_rows] / stack.counts[kept_rows].sum()
     else:
         share = np.full(len(kept_rows), 1.0 / len(kept_rows))

@@ -65,6 +65,7 @@ def multi_krum(
     selected = np.sort(np.argsort(scores, kind="stable")[: min(m, n)])
     coefficients = np.zeros(n)
     if weighted:
+        assert stack.counts is not None  # num_examples is required here
         coefficients[selected] = stack.counts[selected] / stack.counts[selected].sum()
     else:
         coefficients[selected] = 1.0 / len(selected)

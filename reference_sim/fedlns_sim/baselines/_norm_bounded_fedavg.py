@@ -60,6 +60,7 @@ def norm_bounded_fedavg(
         if not (math.isfinite(limit) and limit > 0):
             raise ValueError(f"bound must be a positive finite number or 'median', got {bound!r}")
     factors = clip_factors(norms, limit)
+    assert stack.counts is not None  # num_examples is required here
     weights = stack.counts / stack.counts.sum()
     details = {"bound": limit, "norms": stack.by_client(norms), "factors": stack.by_client(factors)}
     return stack.result(stack.combine(weights * factors), details=details)

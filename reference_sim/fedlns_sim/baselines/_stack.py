@@ -168,8 +168,8 @@ class Stack:
         if not isinstance(first, Mapping) or len(first) == 0:
             raise ValueError(f"client {first_id!r}: update must be a non-empty mapping of named arrays")
         self.keys = tuple(first)
-        self.shapes = {}
-        dtypes = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        dtypes: dict[str, list[np.dtype]] = {}
         self.flat: dict[str, list[np.ndarray]] = {key: [] for key in self.keys}
         key_set = set(self.keys)
         for cid in self.ids:

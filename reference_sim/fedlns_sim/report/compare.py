@@ -161,7 +161,7 @@ def clean_cost_rows(summaries: list[dict], confidence: float = 0.95) -> list[dic
     clean = [s for s in main_runs(summaries) if s["fraction"] == 0]
     by_key = {(s["family"], s["partition"], s["method"], s["seed"]): s for s in clean}
     for (family, partition), runs in sorted(
-        group_runs(clean, ("family", "partition")).items(), key=lambda item: setting_order(*item[0], 0.0)
+        group_runs(clean, ("family", "partition")).items(), key=lambda item: setting_order(item[0][0], item[0][1], 0.0)
     ):
         for method in ordered({s["method"] for s in runs}):
             if method in ("fedavg", "oracle"):

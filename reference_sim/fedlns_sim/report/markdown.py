@@ -177,7 +177,8 @@ def _matrix_cell(cell: dict | None, metric: str) -> str:
     the detection rates and the backdoor's success rate."""
     if cell is None:
         return "–"
-    text = cell_text(*cell[metric], 0)
+    mean, std = cell[metric]
+    text = cell_text(mean, std, 0)
     if metric != "perplexity":
         return text
     if cell["method"] != "fedavg" and cell["recovery"] is not None and math.isfinite(cell["recovery"]["mean"]):

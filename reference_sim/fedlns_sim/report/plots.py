@@ -124,8 +124,8 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
             axis.set_ylabel("perplexity, best checkpoint" + (NOT_FROM_ZERO if low > 0 else ""), fontsize=8)
         else:
             # the sweep's seeds (those run at every fraction) and its methods (those run at several fractions)
-            seeds = sweep_seeds(runs)
-            runs = [s for s in runs if s["seed"] in seeds]
+            swept_seeds = sweep_seeds(runs)
+            runs = [s for s in runs if s["seed"] in swept_seeds]
             fractions = sorted({s["fraction"] for s in runs})
             swept = [m for m in methods if len({s["fraction"] for s in runs if s["method"] == m}) > 1]
             lows = []
@@ -158,7 +158,7 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
             axis.set_xlabel("malicious clients (%)")
             axis.set_title(
                 f"{family_label(family, runs)}, {PARTITION_NAMES[partition]} "
-                f"({len(seeds)} seed{'s' * (len(seeds) > 1)})",
+                f"({len(swept_seeds)} seed{'s' * (len(swept_seeds) > 1)})",
                 fontsize=9,
             )
             axis.set_ylabel("perplexity, best checkpoint" + NOT_FROM_ZERO, fontsize=8)
@@ -176,12 +176,12 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
             source = "fedavg" if method == "clean" else method
             curves = [dict(s["curve"]) for s in runs if s["method"] == source and s["fraction"] == fraction]
             rounds = sorted(set.intersection(*(set(c) for c in curves)))
-            style = (
+            curve_style = (
                 REFERENCE_STYLE[method]
                 if method in REFERENCE_STYLE
                 else {"color": colors[method], "label": METHOD_NAMES[method]}
             )
-            axis.plot(rounds, [np.mean([c[r] for c in curves]) for r in rounds], linewidth=1.2, **style)
+            axis.plot(rounds, [np.mean([c[r] for c in curves]) for r in rounds], linewidth=1.2, **curve_style)
         axis.set_yscale("log")
         axis.set_xlabel("round")
         axis.set_ylabel("evaluation perplexity (log scale)", fontsize=8)
