@@ -225,6 +225,7 @@ def cohort_rule(
     separation: float,
     loud_separation: float,
     decay: float,
+    undecided: str = "keep",
     dimension: int | None = None,
     decide: bool = True,
 ) -> CohortOutcome:
@@ -240,6 +241,10 @@ def cohort_rule(
         Whose rows they are.
     graph : CohortGraph
         The graph before this round.
+    undecided : {"keep", "hold"}
+        A round that falls into parts apart while no cohort holds more than half of the bank's ids: ``"keep"``
+        everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
+        ``majority_only``, is otherwise kept there).
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -259,11 +264,19 @@ def cohort_rule(
     kept = np.ones(n, dtype=bool)
     if cut is not None and decide:
         side = graph.sides()
+        if undecided == "hold" and not any(side.values()):  # no cohort holds a majority of the bank's ids
+            kept = np.zeros(n, dtype=bool)
+            for i in range(n):
+                reasons[i] = (
+                    f"held: the round falls into parts apart (mean cosine {cut.across:.3g} across, "
+                    f"{cut.within:.3g} within) and no cohort of the history holds more than half of the bank's "
+                    "ids to tell which is honest"
+                )
         members = [cut.first, ~cut.first]
         first_vote, other_vote = (sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members)
         votes = (first_vote, other_vote)
         lower = 0 if first_vote <= other_vote else 1
-        if votes[lower] < 0:
+        if votes[lower] < 0 and kept.any():
             kept = ~members[lower]
             for i in np.flatnonzero(members[lower]).tolist():
                 reasons[i] = (

@@ -350,6 +350,11 @@ class FedLNS:
     cohort_decay : float in (0, 1], default=0.9
         ``"cohort"`` only: the factor the cohort graph's evidence is multiplied by each round (0.9: a round's
         edges weigh half after about 7 rounds), so a client's standing follows what it sends now.
+    cohort_undecided : {"keep", "hold"}, default="keep"
+        ``"cohort"`` only: a round that falls into parts apart while no cohort of the history holds more than
+        half of the bank's ids is kept whole (``"keep"``) or not aggregated at all (``"hold"``). Attackers apart
+        only in the rounds they hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds
+        the honest clients of those rounds (``docs/results/cohort``).
     sketch_dim : int >= 16, default=2048
         ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
         ``1/sqrt(sketch_dim)``).
@@ -410,6 +415,7 @@ class FedLNS:
         max_groups: int = 4,
         loud_separation: float = 6.0,
         cohort_decay: float = 0.9,
+        cohort_undecided: str = "keep",
         sketch_dim: int = 2048,
         clip: str | None = "median",
     ):
@@ -434,6 +440,7 @@ class FedLNS:
         self.max_groups = max_groups
         self.loud_separation = loud_separation
         self.cohort_decay = cohort_decay
+        self.cohort_undecided = cohort_undecided
         self.sketch_dim = sketch_dim
         self.clip = clip
         self.round_ = 0
@@ -664,6 +671,7 @@ class FedLNS:
                 separation=settings["separation"],
                 loud_separation=settings["loud_separation"],
                 decay=settings["cohort_decay"],
+                undecided=settings["cohort_undecided"],
                 decide=not warming_up,
             )
         if warming_up:

@@ -8,7 +8,7 @@ from fedlns_core import FedLNS
 from fedlns_core._cohort import CohortGraph, round_parts
 from fedlns_core._support import _unit
 
-DIM = 2048          # the sketch's default length: chance cosines of about 1 / sqrt(2048) = 0.022
+DIM = 2048  # the sketch's default length: chance cosines of about 1 / sqrt(2048) = 0.022
 
 
 def _cosines(rows):
@@ -20,7 +20,7 @@ def _cosines(rows):
 def test_two_opposed_groups_are_cut_exactly_whichever_is_larger():
     rng = np.random.default_rng(0)
     honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
-    for n_attack in (1, 3, 6, 8):      # a lone attacker, a minority, a majority of the round
+    for n_attack in (1, 3, 6, 8):  # a lone attacker, a minority, a majority of the round
         rows = [honest + 1.2 * rng.standard_normal(DIM) for _ in range(10 - n_attack)]
         rows += [attack + 0.5 * rng.standard_normal(DIM) for _ in range(n_attack)]
         parts = round_parts(_cosines(rows), separation=0.5)
@@ -42,7 +42,7 @@ def test_a_round_of_one_population_is_not_cut():
     honest = rng.standard_normal(DIM)
     coherent = [honest + rng.standard_normal(DIM) for _ in range(10)]
     assert not round_parts(_cosines(coherent), separation=0.5).apart
-    noise = [rng.standard_normal(DIM) for _ in range(10)]            # nothing coherent: nothing to cut by
+    noise = [rng.standard_normal(DIM) for _ in range(10)]  # nothing coherent: nothing to cut by
     assert not round_parts(_cosines(noise), separation=0.5).apart
     assert round_parts(_cosines(coherent[:2]), separation=0.5) is None
 
@@ -53,12 +53,14 @@ def test_the_cut_does_not_depend_on_the_clients_order(seed, n_honest, n_attack):
     assume(n_honest + n_attack >= 3)
     rng = np.random.default_rng(seed)
     honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
-    rows = np.array([honest + rng.standard_normal(DIM) for _ in range(n_honest)]
-                    + [attack + rng.standard_normal(DIM) for _ in range(n_attack)])
+    rows = np.array(
+        [honest + rng.standard_normal(DIM) for _ in range(n_honest)]
+        + [attack + rng.standard_normal(DIM) for _ in range(n_attack)]
+    )
     order = rng.permutation(len(rows))
     one, other = round_parts(_cosines(rows), separation=0.5), round_parts(_cosines(rows[order]), separation=0.5)
     assert one.apart == other.apart
-    if one.apart:       # the same two sets of clients, whichever is called first
+    if one.apart:  # the same two sets of clients, whichever is called first
         regrouped = np.empty_like(other.first)
         regrouped[order] = other.first
         assert np.array_equal(regrouped, one.first) or np.array_equal(regrouped, ~one.first)
@@ -69,11 +71,11 @@ def test_graph_counts_agreements_decays_and_keeps_the_banks_ids():
     graph = CohortGraph().updated(["a", "b", "c"], np.array([True, True, False]), decay=0.5)
     assert graph.ids == ("a", "b", "c")
     assert graph.weights.tolist() == [[0, 1, -1], [1, 0, -1], [-1, -1, 0]]
-    graph = graph.updated(["c", "d"], None, decay=0.5)                 # a round that did not split: decay only
+    graph = graph.updated(["c", "d"], None, decay=0.5)  # a round that did not split: decay only
     assert graph.ids == ("a", "b", "c", "d") and graph.weights[0, 1] == 0.5 and not graph.weights[3].any()
     graph = graph.updated(["a", "d", "b"], np.array([False, True, False]), decay=1.0)
     assert graph.weights[0, 1] == graph.weights[1, 0] == 1.5 and graph.weights[0, 3] == -1
-    assert graph.weights[0, 2] == -0.5                                 # a and c: not in the last round
+    assert graph.weights[0, 2] == -0.5  # a and c: not in the last round
     kept = graph.restricted(["d", "a", "z"])
     assert kept.ids == ("d", "a", "z") and kept.weights[0, 1] == -1 and not kept.weights[2].any()
     with pytest.raises(ValueError, match="duplicate"):
@@ -104,7 +106,7 @@ def test_sides_place_the_majority_cohort_when_it_holds_more_than_half(seed, popu
 def test_no_side_is_the_majority_when_the_placed_ids_are_not_most_of_the_bank():
     """An attacker that is apart only where it holds the round places mostly its own ids: no verdict then."""
     graph = CohortGraph().updated([0, 1, 2, 10], np.array([True, True, True, False]), decay=1.0)
-    graph = graph.restricted(list(range(20)))                          # a bank of 20: 3 against 1 placed
+    graph = graph.restricted(list(range(20)))  # a bank of 20: 3 against 1 placed
     assert set(graph.sides().values()) == {0}
     assert set(CohortGraph([1, 2]).sides().values()) == {0}
 
@@ -129,13 +131,15 @@ class _LoraLikeFederation:
         clients = {}
         for i in ids:
             base = self.attack if i in self.attackers else direction
-            clients[i] = {"h.0.ln_1.weight": 1 + 0.01 * self.rng.standard_normal(8),
-                          "h.0.attn.weight": base + 1.2 * self.rng.standard_normal(DIM)}
+            clients[i] = {
+                "h.0.ln_1.weight": 1 + 0.01 * self.rng.standard_normal(8),
+                "h.0.attn.weight": base + 1.2 * self.rng.standard_normal(DIM),
+            }
         return clients
 
 
 def _tally(screener, federation, rounds):
-    tally, attackers_only = [0, 0, 0, 0], 0          # attackers kept, rejected; honest kept, rejected
+    tally, attackers_only = [0, 0, 0, 0], 0  # attackers kept, rejected; honest kept, rejected
     for _ in range(rounds):
         clients = federation.round()
         result = screener.screen(federation.global_params, clients, {c: 10 for c in clients})
@@ -156,9 +160,10 @@ def test_attackers_are_rejected_even_where_they_hold_the_round(seed):
 
 def test_the_support_rule_fails_where_honest_updates_do_not_agree_across_rounds():
     """The lock-in's cause in miniature: the attackers are the one group coherent across rounds."""
-    support, _ = _tally(FedLNS.for_federation(60, 10, random_state=0, retain_rule="support"),
-                        _LoraLikeFederation(seed=0), 40)
-    assert support[0] > 0.2 * (support[0] + support[1]), support      # many attackers kept
+    support, _ = _tally(
+        FedLNS.for_federation(60, 10, random_state=0, retain_rule="support"), _LoraLikeFederation(seed=0), 40
+    )
+    assert support[0] > 0.2 * (support[0] + support[1]), support  # many attackers kept
 
 
 def test_save_and_load_continue_with_the_same_decisions(tmp_path):
@@ -191,7 +196,7 @@ def test_a_tampered_cohort_graph_is_refused(tmp_path):
     import io
 
     weights = np.load(io.BytesIO(members["cohort_weights.npy"]))
-    weights[0, 1] += 1.0                                               # no longer symmetric
+    weights[0, 1] += 1.0  # no longer symmetric
     buffer = io.BytesIO()
     np.save(buffer, weights)
     members["cohort_weights.npy"] = buffer.getvalue()
@@ -209,3 +214,29 @@ def test_rounds_too_small_to_cut_get_the_support_rule_from_for_federation():
     assert FedLNS.for_federation(20, 4).retain_rule == "support"
     assert FedLNS.for_federation(100, 7).retain_rule == "support"
     assert FedLNS.for_federation(100, 8).retain_rule == "cohort"
+
+
+def test_hold_aggregates_nobody_in_a_split_round_the_history_cannot_decide():
+    """majority_only's rounds: apart, but too few ids placed for a cohort to hold most of the bank."""
+    rng = np.random.default_rng(4)
+    honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
+    global_params = {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}
+
+    def client(direction):
+        return {
+            "h.0.ln_1.weight": 1 + 0.01 * rng.standard_normal(8),
+            "h.0.attn.weight": direction + rng.standard_normal(DIM),
+        }
+
+    clean_rounds = [{i: client(honest) for i in range(start, start + 10)} for start in (10, 20)]
+    held_round = {i: client(attack if i < 6 else honest) for i in range(10)}  # attackers hold the round
+    for undecided in ("keep", "hold"):
+        screener = FedLNS(activation_threshold=20, random_state=0, cohort_undecided=undecided)
+        for clients in clean_rounds:  # no split: no id placed
+            assert screener.screen(global_params, clients, {i: 10 for i in clients}).rejected == {}
+        result = screener.screen(global_params, held_round, {i: 10 for i in held_round})
+        assert result.active and set(screener._cohort.sides().values()) == {0}  # 10 of 30 ids placed
+        if undecided == "keep":
+            assert set(result.retained) == set(held_round)
+        else:
+            assert not result.retained and all(r.startswith("screened: held") for r in result.rejected.values())

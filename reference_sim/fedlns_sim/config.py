@@ -90,7 +90,7 @@ LEGACY = {"default_rule": "support"}
 def experiment_fields(config_dict: dict) -> dict:
     """The config without the machine keys (and ``default_rule`` outside ``fedlns_default``, the one method it
     applies to): what must match for two folders to hold the same run."""
-    unused = () if config_dict.get("method") == "fedlns_default" else ("default_rule",)
+    unused = () if config_dict.get("method") == "fedlns_default" else ("default_rule", "cohort_undecided")
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
@@ -175,6 +175,7 @@ class Config:
     default_rule: str = "cohort"  # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
     # support (every run archived before the cohort rule: LEGACY; the report
     # shows them as fedlns_support, the method that runs that rule now)
+    cohort_undecided: str = "keep"  # fedlns_default's FedLNS(cohort_undecided=...): keep | hold
 
     @property
     def clients_per_round(self) -> int:
@@ -272,6 +273,10 @@ class Config:
             (
                 self.default_rule in ("cohort", "support"),
                 f"default_rule must be cohort or support, got {self.default_rule!r}",
+            ),
+            (
+                self.cohort_undecided in ("keep", "hold"),
+                f"cohort_undecided must be keep or hold, got {self.cohort_undecided!r}",
             ),
             (
                 not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,

@@ -51,6 +51,7 @@ def make_screener(config):
             config.clients_per_round,
             signature=signature,
             random_state=seed,
+            cohort_undecided=config.cohort_undecided,
             **({"retain_rule": "support"} if support else {}),
         )
     settings = dict(
