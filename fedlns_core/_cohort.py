@@ -211,6 +211,7 @@ class CohortOutcome:
     votes: tuple[int, int] | None  # the parts' votes (first, other) where the round split
     graph: CohortGraph
     loud_threshold: float | None
+    undecided: bool = False  # the round split and no cohort holds more than half of the bank's ids
 
 
 def cohort_rule(
@@ -241,10 +242,11 @@ def cohort_rule(
         Whose rows they are.
     graph : CohortGraph
         The graph before this round.
-    undecided : {"keep", "hold"}
+    undecided : {"keep", "hold", "support"}
         A round that falls into parts apart while no cohort holds more than half of the bank's ids: ``"keep"``
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
-        ``majority_only``, is otherwise kept there).
+        ``majority_only``, is otherwise kept there). ``"support"`` is decided by the screener, which hands such a
+        round (``CohortOutcome.undecided``) to the support rule; here it keeps everyone.
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -262,9 +264,11 @@ def cohort_rule(
     reasons = [""] * n
     votes: tuple[int, int] | None = None
     kept = np.ones(n, dtype=bool)
+    open_round = False
     if cut is not None and decide:
         side = graph.sides()
-        if undecided == "hold" and not any(side.values()):  # no cohort holds a majority of the bank's ids
+        open_round = not any(side.values())  # no cohort holds a majority of the bank's ids
+        if undecided == "hold" and open_round:
             kept = np.zeros(n, dtype=bool)
             for i in range(n):
                 reasons[i] = (
@@ -296,4 +300,4 @@ def cohort_rule(
         rows = recent_rows(stamps, recent)
         loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    return CohortOutcome(retained, tuple(reasons), support, parts, votes, graph, loud_threshold)
+    return CohortOutcome(retained, tuple(reasons), support, parts, votes, graph, loud_threshold, open_round)

@@ -350,9 +350,10 @@ class FedLNS:
     cohort_decay : float in (0, 1], default=0.9
         ``"cohort"`` only: the factor the cohort graph's evidence is multiplied by each round (0.9: a round's
         edges weigh half after about 7 rounds), so a client's standing follows what it sends now.
-    cohort_undecided : {"keep", "hold"}, default="keep"
+    cohort_undecided : {"keep", "hold", "support"}, default="keep"
         ``"cohort"`` only: a round that falls into parts apart while no cohort of the history holds more than
-        half of the bank's ids is kept whole (``"keep"``) or not aggregated at all (``"hold"``). Attackers apart
+        half of the bank's ids is kept whole (``"keep"``), not aggregated at all (``"hold"``), or decided by the
+        ``"support"`` rule (the recent bank's groups of sketches; ``max_groups`` applies). Attackers apart
         only in the rounds they hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds
         the honest clients of those rounds (``docs/results/cohort``).
     sketch_dim : int >= 16, default=2048
@@ -700,11 +701,12 @@ class FedLNS:
             )
             support = {}
             try:
-                if cohort is not None:
+                fallback = cohort is not None and cohort.undecided and settings["cohort_undecided"] == "support"
+                if cohort is not None and not fallback:
                     labels, n_components, bic = (~cohort.retained).astype(int), None, None
                     reasons = [f"screened: {reason}" if reason else "" for reason in cohort.reasons]
                     support = dict(zip(canonical, cohort.support.tolist()))
-                elif supporting:
+                elif supporting:  # the support rule, or the cohort rule's fallback for a round it cannot decide
                     bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T  # (B, k + 2)
                     own = np.array([refresh.slots.get(client_id, -1) for client_id in canonical])
                     outcome = support_rule(

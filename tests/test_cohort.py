@@ -240,3 +240,25 @@ def test_hold_aggregates_nobody_in_a_split_round_the_history_cannot_decide():
             assert set(result.retained) == set(held_round)
         else:
             assert not result.retained and all(r.startswith("screened: held") for r in result.rejected.values())
+
+
+def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
+    rng = np.random.default_rng(5)
+    honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
+    global_params = {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}
+
+    def client(direction):
+        return {
+            "h.0.ln_1.weight": 1 + 0.01 * rng.standard_normal(8),
+            "h.0.attn.weight": direction + rng.standard_normal(DIM),
+        }
+
+    rounds = [{i: client(honest) for i in range(start, start + 10)} for start in (10, 20)]
+    rounds.append({i: client(attack if i < 6 else honest) for i in range(10)})
+    results = {}
+    for undecided, rule in (("support", "cohort"), ("keep", "support")):
+        screener = FedLNS(activation_threshold=20, random_state=0, retain_rule=rule, cohort_undecided=undecided)
+        for clients in rounds:
+            results[undecided] = screener.screen(global_params, clients, {i: 10 for i in clients})
+    assert results["support"].active and set(results["support"].retained) == set(range(6, 10))
+    assert results["support"].rejected == results["keep"].rejected  # the support rule's decision

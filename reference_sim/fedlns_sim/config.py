@@ -175,7 +175,7 @@ class Config:
     default_rule: str = "cohort"  # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
     # support (every run archived before the cohort rule: LEGACY; the report
     # shows them as fedlns_support, the method that runs that rule now)
-    cohort_undecided: str = "keep"  # fedlns_default's FedLNS(cohort_undecided=...): keep | hold
+    cohort_undecided: str = "keep"  # fedlns_default's FedLNS(cohort_undecided=...): keep | hold | support
 
     @property
     def clients_per_round(self) -> int:
@@ -275,8 +275,8 @@ class Config:
                 f"default_rule must be cohort or support, got {self.default_rule!r}",
             ),
             (
-                self.cohort_undecided in ("keep", "hold"),
-                f"cohort_undecided must be keep or hold, got {self.cohort_undecided!r}",
+                self.cohort_undecided in ("keep", "hold", "support"),
+                f"cohort_undecided must be keep, hold or support, got {self.cohort_undecided!r}",
             ),
             (
                 not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,

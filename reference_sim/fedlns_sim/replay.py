@@ -198,14 +198,21 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 separation=screener.separation,
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
+                undecided=screener.cohort_undecided,
                 decide=bool(record.get("active")),
             )
             graph = outcome.graph.restricted(list(bank))
         if not record.get("active"):
             continue
-        if name == "cohort":
+        fallback = (
+            name == "cohort"
+            and isinstance(outcome, CohortOutcome)
+            and outcome.undecided
+            and screener.cohort_undecided == "support"
+        )
+        if name == "cohort" and not fallback:
             retained = outcome.retained
-        else:
+        else:  # the support rule, or the cohort rule's fallback for a round it cannot decide
             outcome = support_rule(
                 scores,
                 sketches,
