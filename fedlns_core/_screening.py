@@ -350,12 +350,12 @@ class FedLNS:
     cohort_decay : float in (0, 1], default=0.9
         ``"cohort"`` only: the factor the cohort graph's evidence is multiplied by each round (0.9: a round's
         edges weigh half after about 7 rounds), so a client's standing follows what it sends now.
-    cohort_undecided : {"keep", "hold", "support"}, default="keep"
+    cohort_undecided : {"support", "keep", "hold"}, default="support"
         ``"cohort"`` only: a round that falls into parts apart while no cohort of the history holds more than
-        half of the bank's ids is kept whole (``"keep"``), not aggregated at all (``"hold"``), or decided by the
-        ``"support"`` rule (the recent bank's groups of sketches; ``max_groups`` applies). Attackers apart
+        half of the bank's ids is decided by the ``"support"`` rule (the recent bank's groups of sketches;
+        ``max_groups`` applies), kept whole (``"keep"``) or not aggregated at all (``"hold"``). Attackers apart
         only in the rounds they hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds
-        the honest clients of those rounds (``docs/results/cohort``).
+        the honest clients of those rounds and of split clean non-IID rounds (``docs/results/cohort``).
     sketch_dim : int >= 16, default=2048
         ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
         ``1/sqrt(sketch_dim)``).
@@ -416,7 +416,7 @@ class FedLNS:
         max_groups: int = 4,
         loud_separation: float = 6.0,
         cohort_decay: float = 0.9,
-        cohort_undecided: str = "keep",
+        cohort_undecided: str = "support",
         sketch_dim: int = 2048,
         clip: str | None = "median",
     ):
@@ -941,6 +941,7 @@ class FedLNS:
             params.setdefault("retain_rule", "paper")  # before the setting existed the paper's rule was the only one
             params.setdefault("warmup", "hold")  # and the paper's warm-up the only one
             params.setdefault("signature", "norm")  # and the norms the only signature
+            params.setdefault("cohort_undecided", "keep")  # and an undecided cohort round kept whole
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

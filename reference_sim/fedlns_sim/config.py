@@ -84,7 +84,7 @@ MIXTURE_SOLVERS = ("fast", "sklearn")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
-LEGACY = {"default_rule": "support"}
+LEGACY = {"default_rule": "support", "cohort_undecided": "keep"}
 
 
 def experiment_fields(config_dict: dict) -> dict:
@@ -175,7 +175,8 @@ class Config:
     default_rule: str = "cohort"  # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
     # support (every run archived before the cohort rule: LEGACY; the report
     # shows them as fedlns_support, the method that runs that rule now)
-    cohort_undecided: str = "keep"  # fedlns_default's FedLNS(cohort_undecided=...): keep | hold | support
+    cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold
+    # (keep for runs archived before the setting: LEGACY)
 
     @property
     def clients_per_round(self) -> int:
