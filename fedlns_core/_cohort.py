@@ -50,10 +50,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.cluster.hierarchy import linkage
-from scipy.spatial.distance import squareform
 
-from ._support import MIN_COHERENCE, _unit, loud_reasons, recent_rows
+from ._support import MIN_COHERENCE, _unit, average_linkage, loud_reasons, recent_rows
 from ._types import ClientId
 
 #: Above this many ids the leading eigenvector is found by Lanczos iterations instead of a full decomposition.
@@ -98,9 +96,7 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
     n = cosines.shape[0]
     if n < 3:
         return None
-    distances = 1.0 - np.clip(cosines, -1.0, 1.0)
-    np.fill_diagonal(distances, 0.0)
-    tree = linkage(squareform(distances, checks=False), "average")
+    tree = average_linkage(cosines)
     row_sums = cosines.sum(axis=1) - np.diag(cosines)
     off = cosines - np.diag(np.diag(cosines))
     members: list[np.ndarray] = [np.array([i]) for i in range(n)]

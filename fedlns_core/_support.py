@@ -197,6 +197,13 @@ class PopulationGroups:
     within: float  # mean cosine between distinct majority entries
 
 
+def average_linkage(cosines: np.ndarray) -> np.ndarray:
+    """scipy's average-linkage tree of N items from their (N, N) cosines (distance ``1 - cosine``)."""
+    distances = 1.0 - np.clip(cosines, -1.0, 1.0)
+    np.fill_diagonal(distances, 0.0)
+    return linkage(squareform(distances, checks=False), "average")
+
+
 def population_groups(cosines: np.ndarray, *, max_groups: int, separation: float) -> PopulationGroups | None:
     """Group R bank entries by their (R, R) cosines; None when no cut leaves a strict-majority group.
 
@@ -212,9 +219,7 @@ def population_groups(cosines: np.ndarray, *, max_groups: int, separation: float
     n = cosines.shape[0]
     if n < 3:
         return None
-    distances = 1.0 - np.clip(cosines, -1.0, 1.0)
-    np.fill_diagonal(distances, 0.0)
-    tree = linkage(squareform(distances, checks=False), "average")
+    tree = average_linkage(cosines)
     labels = None
     for k in range(2, max_groups + 1):
         cut = fcluster(tree, k, "maxclust")

@@ -216,36 +216,11 @@ def test_rounds_too_small_to_cut_get_the_support_rule_from_for_federation():
     assert FedLNS.for_federation(100, 8).retain_rule == "cohort"
 
 
-def test_hold_aggregates_nobody_in_a_split_round_the_history_cannot_decide():
-    """majority_only's rounds: apart, but too few ids placed for a cohort to hold most of the bank."""
-    rng = np.random.default_rng(4)
+def _undecided_rounds(seed):
+    """Two clean rounds of 10 new ids each (no split: nobody placed), then a round the attackers hold (ids 0-5):
+    it splits, and 10 of the bank's 30 ids are placed, too few for a cohort to hold most of the bank."""
+    rng = np.random.default_rng(seed)
     honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
-    global_params = {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}
-
-    def client(direction):
-        return {
-            "h.0.ln_1.weight": 1 + 0.01 * rng.standard_normal(8),
-            "h.0.attn.weight": direction + rng.standard_normal(DIM),
-        }
-
-    clean_rounds = [{i: client(honest) for i in range(start, start + 10)} for start in (10, 20)]
-    held_round = {i: client(attack if i < 6 else honest) for i in range(10)}  # attackers hold the round
-    for undecided in ("keep", "hold"):
-        screener = FedLNS(activation_threshold=20, random_state=0, cohort_undecided=undecided)
-        for clients in clean_rounds:  # no split: no id placed
-            assert screener.screen(global_params, clients, {i: 10 for i in clients}).rejected == {}
-        result = screener.screen(global_params, held_round, {i: 10 for i in held_round})
-        assert result.active and set(screener._cohort.sides().values()) == {0}  # 10 of 30 ids placed
-        if undecided == "keep":
-            assert set(result.retained) == set(held_round)
-        else:
-            assert not result.retained and all(r.startswith("screened: held") for r in result.rejected.values())
-
-
-def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
-    rng = np.random.default_rng(5)
-    honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
-    global_params = {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}
 
     def client(direction):
         return {
@@ -255,6 +230,26 @@ def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
 
     rounds = [{i: client(honest) for i in range(start, start + 10)} for start in (10, 20)]
     rounds.append({i: client(attack if i < 6 else honest) for i in range(10)})
+    return {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}, rounds
+
+
+def test_hold_aggregates_nobody_in_a_split_round_the_history_cannot_decide():
+    """majority_only's rounds: apart, but too few ids placed for a cohort to hold most of the bank."""
+    global_params, rounds = _undecided_rounds(4)
+    for undecided in ("keep", "hold"):
+        screener = FedLNS(activation_threshold=20, random_state=0, cohort_undecided=undecided)
+        for clients in rounds[:2]:  # no split: no id placed
+            assert screener.screen(global_params, clients, {i: 10 for i in clients}).rejected == {}
+        result = screener.screen(global_params, rounds[2], {i: 10 for i in rounds[2]})
+        assert result.active and set(screener._cohort.sides().values()) == {0}  # 10 of 30 ids placed
+        if undecided == "keep":
+            assert set(result.retained) == set(rounds[2])
+        else:
+            assert not result.retained and all(r.startswith("screened: held") for r in result.rejected.values())
+
+
+def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
+    global_params, rounds = _undecided_rounds(5)
     results = {}
     for undecided, rule in (("support", "cohort"), ("keep", "support")):
         screener = FedLNS(activation_threshold=20, random_state=0, retain_rule=rule, cohort_undecided=undecided)
@@ -262,3 +257,4 @@ def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
             results[undecided] = screener.screen(global_params, clients, {i: 10 for i in clients})
     assert results["support"].active and set(results["support"].retained) == set(range(6, 10))
     assert results["support"].rejected == results["keep"].rejected  # the support rule's decision
+    assert FedLNS().cohort_undecided == "support"
