@@ -12,7 +12,8 @@ dest="${2:-docs/results/cohort}"
 seeds="${3:-100,200,300}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
 python="${PYTHON:-.venv/bin/python}"
-cells=gpt-iid-mal40-fedlns_default-act50-seed100-56087bce,gpt-iid-mal40-fedlns_default-act50-seed100-norm_freeze-454d1644
+cells=gpt-iid-mal40-fedlns_default-act50-seed100-6a3d9b89,gpt-iid-mal40-fedlns_default-act50-seed100-norm_freeze-937d425b
+cells="$cells,llama-iid-mal40-fedlns_default-act50-seed100-majority_only-debcf49a"
 
 "$sim" archive "$runs" "$dest" --verify-cells "$cells"
 joined="$(mktemp -d)"
