@@ -105,7 +105,7 @@ def test_verify_accepts_runs_made_before_a_setting_existed(tmp_path, capsys):
     _rewrite(results, cell, "config.json", predate)
     assert main(["verify", str(results), "--out", str(tmp_path / "again"), "--jobs", "1"]) == 0
     output = capsys.readouterr().out
-    assert "at their defaults: attack_noise" in output and "1 of 1 cells reproduce" in output
+    assert "or their defaults: attack_noise=" in output and "1 of 1 cells reproduce" in output
 
 
 def test_archived_runs_extracted_into_a_runs_folder_are_skipped_by_a_sweep(tmp_path, capsys):

@@ -126,10 +126,13 @@ def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, r
             raise FileNotFoundError(f"{results} holds no archived run {name}")
         meta = json.loads(archived[name]["config.json"])
         values = dict(meta["config"], **({"data": data} if data is not None else {}))
-        config = config_from_dict(values)  # settings added since the run was made take their defaults
+        config = config_from_dict(values)  # settings added since: the value they had then (LEGACY), else the default
         added = sorted(set(config.to_dict()) - set(meta["config"]))
         if added:
-            print(f"{name}: settings added since it was made, at their defaults: {', '.join(added)}")
+            shown = ", ".join(f"{key}={getattr(config, key)!r}" for key in added)
+            print(
+                f"{name}: settings added since it was made, at the values the run had (LEGACY) or their defaults: {shown}"
+            )
         configs.append(config)
         stored[name] = (meta, runfiles.parse_records(archived[name]["rounds.jsonl"]))
     scratch = Path(out) if out else Path(tempfile.mkdtemp(prefix="fedlns-verify-"))
