@@ -98,14 +98,13 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
         return None
     tree = average_linkage(cosines)
     row_sums = cosines.sum(axis=1) - np.diag(cosines)
-    off = cosines - np.diag(np.diag(cosines))
     members: list[np.ndarray] = [np.array([i]) for i in range(n)]
     inner = [0.0] * n  # sum of cosines between distinct members, per tree node
     best = None  # (coherence, members, within, across)
     for left, right, _, _ in tree:
         a, b = members[int(left)], members[int(right)]
         group = np.concatenate([a, b])
-        total = inner[int(left)] + inner[int(right)] + 2.0 * float(off[np.ix_(a, b)].sum())
+        total = inner[int(left)] + inner[int(right)] + 2.0 * float(cosines[np.ix_(a, b)].sum())  # a, b disjoint
         members.append(group)
         inner.append(total)
         size = group.size
@@ -203,8 +202,6 @@ class CohortOutcome:
     retained: np.ndarray  # (N,) bool
     reasons: tuple[str, ...]  # (N,) "" for a retained client
     support: np.ndarray  # (N,) mean cosine to the kept part's other clients (nan alone)
-    parts: RoundParts | None
-    votes: tuple[int, int] | None  # the parts' votes (first, other) where the round split
     graph: CohortGraph
     loud_threshold: float | None
     undecided: bool = False  # the round split and no cohort holds more than half of the bank's ids
@@ -258,12 +255,14 @@ def cohort_rule(
     cut = parts if parts is not None and parts.apart else None
     graph = graph.updated(ids, None if cut is None else cut.first, decay)
     reasons = [""] * n
-    votes: tuple[int, int] | None = None
     kept = np.ones(n, dtype=bool)
     open_round = False
     if cut is not None and decide:
         side = graph.sides()
-        open_round = not any(side.values())  # no cohort holds a majority of the bank's ids
+        open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0
+        members = [cut.first, ~cut.first]
+        votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]
+        lower = 0 if votes[0] <= votes[1] else 1
         if undecided == "hold" and open_round:
             kept = np.zeros(n, dtype=bool)
             for i in range(n):
@@ -272,11 +271,7 @@ def cohort_rule(
                     f"{cut.within:.3g} within) and no cohort of the history holds more than half of the bank's "
                     "ids to tell which is honest"
                 )
-        members = [cut.first, ~cut.first]
-        first_vote, other_vote = (sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members)
-        votes = (first_vote, other_vote)
-        lower = 0 if first_vote <= other_vote else 1
-        if votes[lower] < 0 and kept.any():
+        elif votes[lower] < 0:
             kept = ~members[lower]
             for i in np.flatnonzero(members[lower]).tolist():
                 reasons[i] = (
@@ -296,4 +291,4 @@ def cohort_rule(
         rows = recent_rows(stamps, recent)
         loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    return CohortOutcome(retained, tuple(reasons), support, parts, votes, graph, loud_threshold, open_round)
+    return CohortOutcome(retained, tuple(reasons), support, graph, loud_threshold, open_round)

@@ -49,8 +49,6 @@ DEFENCES = {"norm_bounded_fedavg": "Norm-Bound", "coordinate_median": "Median", 
             "fedlns_multi_krum": "paper+Multi-Krum", "fedlns_median": "paper+Median",
             "fedlns_norm_bound": "paper+Norm-Bound", "fedlns_support": "support rule"}
 SETTINGS = (("gpt", "iid"), ("gpt", "noniid"), ("llama", "iid"))
-OURS = "fedlns_default"       # the FedLNS() column (--ours)
-COLUMNS = ("fedavg", "flame", "fedlns", "fedlns_support")      # the methods shown in the non-IID and LLaMA tables
 COLUMN_NAMES = {"fedavg": "FedAvg", "flame": "FLAME", "fedlns": "FedLNS.paper()", "fedlns_support": "support rule",
                 "fedlns_default": "FedLNS()"}
 
@@ -107,7 +105,7 @@ def check(targets: dict, cell: str, attack: str, vs: dict, worst: float, tpr: fl
         targets["detection"].append(f"{cell} (TPR {tpr:.2f}, FPR {fpr:.2f})")
 
 
-def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
+def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict, ours_method: str) -> None:
     complete = lambda key: key in cells and all(s in cells[key] for s in seeds)  # noqa: E731
     for fraction in (0.4, 0.2):
         oracle = cells.get(("gpt", "iid", "oracle", fraction, "target_corruption"))
@@ -120,12 +118,12 @@ def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], target
                   "|---|---:|---|---:|---:|---:|---:|---:|"]
         for attack in ORIGINAL + NEW:
             key = lambda method: ("gpt", "iid", method, fraction, attack)  # noqa: E731
-            if not (complete(key("fedavg")) and complete(key(OURS))):
+            if not (complete(key("fedavg")) and complete(key(ours_method))):
                 continue
-            fedavg, ours = cells[key("fedavg")], cells[key(OURS)]
+            fedavg, ours = cells[key("fedavg")], cells[key(ours_method)]
             paper = cells[key("fedlns")] if complete(key("fedlns")) else None
             others = [(mean_of(cells[key(m)], seeds, "perplexity"), m) for m in DEFENCES
-                      if m != OURS and complete(key(m))]
+                      if m != ours_method and complete(key(m))]
             if not others:
                 continue
             best_other = min(others)
@@ -150,18 +148,20 @@ def gpt_iid_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], target
                                                            mean_of(oracle, seeds, "perplexity"))
 
 
-def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
+def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict, ours_method: str) -> None:
     """Non-IID GPT and IID LLaMA: FedAvg, FLAME, the paper's rule and FedLNS() under the attacks run there."""
     complete = lambda key: key in cells and all(s in cells[key] for s in seeds)  # noqa: E731
+    columns = ("fedavg", "flame", "fedlns", "fedlns_support")      # with the cohort rule, the rule before it beside it
+    columns += ("fedlns_default",) if ours_method == "fedlns_default" else ()
     for family, partition in SETTINGS[1:]:
         rows = []
         for fraction in (0.4, 0.2):
             for attack in DETECTED + NEW:
                 key = lambda method: (family, partition, method, fraction, attack)  # noqa: E731
-                if not (complete(key("fedavg")) and complete(key(OURS))):
+                if not (complete(key("fedavg")) and complete(key(ours_method))):
                     continue
-                shown_runs = [both(cells[key(m)] if complete(key(m)) else None, seeds) for m in COLUMNS]
-                ours, fedavg = cells[key(OURS)], cells[key("fedavg")]
+                shown_runs = [both(cells[key(m)] if complete(key(m)) else None, seeds) for m in columns]
+                ours, fedavg = cells[key(ours_method)], cells[key("fedavg")]
                 vs, worst, tpr, fpr = against_fedavg(ours, fedavg, seeds)
                 vs_flame = (percent(excess(mean_of(ours, seeds, "perplexity"),
                                            mean_of(cells[key("flame")], seeds, "perplexity")))
@@ -172,15 +172,15 @@ def small_tables(cells: dict, seeds: tuple[int, ...], lines: list[str], targets:
                 check(targets, f"{family.upper()} {partition} {attack} {fraction:.0%}", attack, vs, worst, tpr, fpr)
         if rows:
             lines += [f"\n**{family.upper()} {partition}**\n",
-                      "| cell | " + " | ".join(COLUMN_NAMES[m] for m in COLUMNS) + " | vs FedAvg (best / last 10; "
+                      "| cell | " + " | ".join(COLUMN_NAMES[m] for m in columns) + " | vs FedAvg (best / last 10; "
                       "worst seed) | vs FLAME (best) | TPR / FPR |",
-                      "|---|" + "---:|" * (len(COLUMNS) + 3), *rows]
+                      "|---|" + "---:|" * (len(columns) + 3), *rows]
 
 
-def clean_cost(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict) -> None:
+def clean_cost(cells: dict, seeds: tuple[int, ...], lines: list[str], targets: dict, ours_method: str) -> None:
     for family, partition in SETTINGS:
         fedavg = cells.get((family, partition, "fedavg", 0.0, "-"), {})
-        ours = cells.get((family, partition, OURS, 0.0, "-"), {})
+        ours = cells.get((family, partition, ours_method, 0.0, "-"), {})
         paired = [s for s in seeds if s in fedavg and s in ours]
         if not paired:
             continue
@@ -203,24 +203,20 @@ def both(runs: dict | None, seeds) -> str:
 
 
 def main(argv: list[str]) -> int:
-    global OURS, COLUMNS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--seeds", default="100,200,300")
     parser.add_argument("--ours", choices=("fedlns_default", "fedlns_support"), default="fedlns_default")
     args = parser.parse_args(argv)
-    OURS = args.ours
-    if OURS == "fedlns_default":     # the rule before it, beside it
-        COLUMNS = ("fedavg", "flame", "fedlns", "fedlns_support", "fedlns_default")
     seeds = tuple(int(s) for s in args.seeds.split(","))
     cells = gather(args.runs, seeds)
     targets: dict = {"worse than FedAvg": [], "not within 2%": [], "detection": [], "clean": [],
                      "original cells": 0, "within 2%": 0, "paper attack vs oracle": math.nan}
     lines = [f"Seeds {', '.join(map(str, seeds))}; best / last-10 perplexity, means over the seeds."]
-    gpt_iid_tables(cells, seeds, lines, targets)
-    small_tables(cells, seeds, lines, targets)
+    gpt_iid_tables(cells, seeds, lines, targets, args.ours)
+    small_tables(cells, seeds, lines, targets, args.ours)
     lines.append("\n**Without attackers**, FedLNS() against clean FedAvg, paired by seed:\n")
-    clean_cost(cells, seeds, lines, targets)
+    clean_cost(cells, seeds, lines, targets, args.ours)
     lines += ["\n**Targets** (never worse than FedAvg and detection: every setting shown; the rest GPT IID):\n",
               f"- never worse than FedAvg (mean +1%, any seed +5%): "
               f"{'met' if not targets['worse than FedAvg'] else 'missed in ' + '; '.join(targets['worse than FedAvg'])}",

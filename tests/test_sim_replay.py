@@ -15,8 +15,9 @@ from fedlns_sim.run import run  # noqa: E402
 
 def recorded_run(tmp_path_factory, **settings):
     """A smoke-preset run with every round's signatures recorded."""
-    config = make_config("smoke", "gpt", data="synthetic", record_signatures=True,
-                         **{"rounds": 8, "num_clients": 10, **settings})
+    config = make_config(
+        "smoke", "gpt", data="synthetic", record_signatures=True, **{"rounds": 8, "num_clients": 10, **settings}
+    )
     return run(config, tmp_path_factory.mktemp("runs"), progress=False)
 
 
@@ -34,14 +35,15 @@ def recorded(tmp_path_factory):
 
 
 def test_paper_replay_reproduces_every_recorded_decision(recorded):
-    reproduced(recorded, "paper", 5)
+    decisions = reproduced(recorded, "paper", 5)
+    assert all(sorted(d["kept"]) == sorted(d["recorded_kept"]) for d in decisions)
 
 
 def test_variants_run_and_change_only_the_reference(recorded):
     paper = replay(recorded, "paper")
-    young = replay(recorded, "max_age:0")                # only this round's entries: a different reference
+    young = replay(recorded, "max_age:0")  # only this round's entries: a different reference
     assert [d["round"] for d in young] == [d["round"] for d in paper]
-    assert replay(recorded, "max_age:100") == paper        # no entry is that old: the paper's rule exactly
+    assert replay(recorded, "max_age:100") == paper  # no entry is that old: the paper's rule exactly
     for variant in ("exclude_round", "no_singletons"):
         assert len(replay(recorded, variant)) == len(paper)
     with pytest.raises(ValueError, match="unknown variant"):
@@ -69,14 +71,19 @@ def test_guarded_variant_is_the_screeners_guarded_rule(recorded):
 
     config = read_meta(recorded)["config"]
     threshold = int(round(config["activation_coverage"] * config["num_clients"]))
-    screener = FedLNS.paper(activation_threshold=threshold, random_state=stream_seed(config["seed"], "screening"),
-                      retain_rule="guarded", lone_separation=2.0, min_separation=0.5,
-                      mixture_solver=config["mixture_solver"])
+    screener = FedLNS.paper(
+        activation_threshold=threshold,
+        random_state=stream_seed(config["seed"], "screening"),
+        retain_rule="guarded",
+        lone_separation=2.0,
+        min_separation=0.5,
+        mixture_solver=config["mixture_solver"],
+    )
     expected = []
     for t, (clients, signatures) in sorted(load_signatures(recorded).items()):
-        names = [f"ln.{j:06d}" for j in range(signatures.shape[1])]          # sorted = recorded order
+        names = [f"ln.{j:06d}" for j in range(signatures.shape[1])]  # sorted = recorded order
         screener.selector = NormSelector(keys=names)
-        params = {c: {name: row[j:j + 1] for j, name in enumerate(names)} for c, row in zip(clients, signatures)}
+        params = {c: {name: row[j : j + 1] for j, name in enumerate(names)} for c, row in zip(clients, signatures)}
         result = screener.screen({name: np.zeros(1) for name in names}, params, {c: 1.0 for c in clients})
         if result.active:
             expected.append((t, sorted(result.retained)))
@@ -91,19 +98,18 @@ def recorded_default(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def recorded_cohort(tmp_path_factory):
-    return recorded_run(tmp_path_factory, method="fedlns_default", malicious_fraction=0.4, participation=1.0,
-                        rounds=10)
+    return recorded_run(tmp_path_factory, method="fedlns_default", malicious_fraction=0.4, participation=1.0, rounds=10)
 
 
 def test_cohort_replay_reproduces_every_recorded_decision(recorded_cohort):
     decisions = reproduced(recorded_cohort, "cohort", 3)
-    assert replay(recorded_cohort) == decisions                  # 10 per round: FedLNS()'s cohort rule
+    assert replay(recorded_cohort) == decisions  # 10 per round: FedLNS()'s cohort rule
     assert [d["round"] for d in replay(recorded_cohort, "support")] == [d["round"] for d in decisions]
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):
     decisions = reproduced(recorded_default, "support", 3)
-    assert replay(recorded_default) == decisions                 # a fedlns_default run replays its own rule
+    assert replay(recorded_default) == decisions  # a fedlns_default run replays its own rule
     split = replay(recorded_default, "round_first:0.75")
     assert [d["round"] for d in split] == [d["round"] for d in decisions]
     with pytest.raises(ValueError, match="unknown variant"):

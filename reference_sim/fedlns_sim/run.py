@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from fedlns_core import FedLNS, NormSelector
+from fedlns_core._screening import SKETCHING_RULES
 
 from . import finetune, runfiles
 from .attacks import Attack, make_attack
@@ -396,7 +397,7 @@ def _save_signatures(run_dir: Path, t: int, config: Config, server: _Server, cli
     keys, signatures = screener.client_signatures(global_params, {c: client_params[c] for c in ids})
     rows = np.stack([signatures[c] for c in ids])  # (n_clients, D) float64
     arrays = {"clients": np.asarray(ids), "signatures": rows, "keys": np.asarray(keys)}
-    if screener.retain_rule in ("cohort", "support"):  # the rules that sketch each update
+    if screener.retain_rule in SKETCHING_RULES:
         sketches = screener.update_sketches(global_params, client_params)
         arrays.update(sketches=np.stack([sketches[c] for c in ids]), stamp=np.asarray(screener.round_ - 1))
     folder = run_dir / "signatures"
