@@ -7,22 +7,51 @@
 # Usage: bash scripts/results_lora_matrix.sh STEP [RUNS_DIR]   (default RUNS_DIR: runs/lora-matrix)
 #   STEP "lr":     the learning-rate selection for BERT and LLaMA (FedAvg only, selection seeds 11 and 12), into
 #                  RUNS_DIR/lr; read the choice with `python scripts/lora_lr_choice.py RUNS_DIR/lr`
-#   STEP "matrix": the matrix, seed by seed, 40% before 20%, into RUNS_DIR/frozen (adapters only, norms frozen:
-#                  the stacks' default) and RUNS_DIR/norms (adapters and norms: the recipe of docs/peft.md)
+#   STEP "targets": the cells the plan's targets read, first: FedAvg and FedLNS() with the references on the
+#                  adapters-only payload, seed by seed, 40% before 20%, every family, then FedLNS() without attackers
+#   STEP "matrix": the whole matrix, seed by seed, 40% before 20%, into RUNS_DIR/frozen (adapters only, norms
+#                  frozen: the stacks' default) and RUNS_DIR/norms (adapters and norms: the recipe of docs/peft.md);
+#                  the runs "targets" made are the same runs, and are skipped
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2).
 set -euo pipefail
-step="${1:?usage: results_lora_matrix.sh lr|matrix [RUNS_DIR]}"
+step="${1:?usage: results_lora_matrix.sh lr|targets|matrix [RUNS_DIR]}"
 runs="${2:-runs/lora-matrix}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
 common=(--preset lora --jobs "${JOBS:-2}" --no-progress)
 attacks=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band
 baselines=fedavg,flame,multi_krum,coordinate_median,norm_bounded_fedavg
+frozen=(--set peft_norms=false --set signature=auto)
+
+# The learning rate of each family, chosen by `lr` and scripts/lora_lr_choice.py (GPT: the preset's own).
+rate() {
+  case "$1" in
+    gpt) echo 1e-2 ;;
+    bert) echo 5e-3 ;;
+    llama) echo 1e-2 ;;
+  esac
+}
 
 case "$step" in
   lr)
     for rate in 2e-3 5e-3 1e-2; do
       "$sim" sweep "${common[@]}" --families bert,llama --partitions iid --fractions 0,0.4 --methods fedavg \
           --seeds 11,12 --no-references --set learning_rate="$rate" --out "$runs/lr"
+    done
+    ;;
+  targets)
+    for seed in 100 200 300; do
+      for fraction in 0.4 0.2; do
+        for family in gpt llama bert; do
+          "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions "$fraction" \
+              --methods fedavg,fedlns_default --attacks "$attacks" --seeds "$seed" "${frozen[@]}" \
+              --set learning_rate="$(rate "$family")" --out "$runs/frozen"
+        done
+      done
+      for family in gpt llama bert; do
+        "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions 0 \
+            --methods fedlns_default --seeds "$seed" "${frozen[@]}" --set learning_rate="$(rate "$family")" \
+            --out "$runs/frozen"
+      done
     done
     ;;
   matrix)
@@ -32,18 +61,21 @@ case "$step" in
           # Adapters only: every method on what the stacks send; FedLNS() reads the LoRA signature (auto).
           "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions "$fraction" \
               --methods "$baselines,fedlns_default" --attacks "$attacks" --seeds "$seed" \
-              --set peft_norms=false --set signature=auto --out "$runs/frozen"
+              "${frozen[@]}" --set learning_rate="$(rate "$family")" --out "$runs/frozen"
           # Adapters and norms: FedLNS() on the norms alone (signature=norms) against the same references.
           "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions "$fraction" \
-              --methods fedavg,fedlns_default --attacks "$attacks" --seeds "$seed" --out "$runs/norms"
+              --methods fedavg,fedlns_default --attacks "$attacks" --seeds "$seed" \
+              --set learning_rate="$(rate "$family")" --out "$runs/norms"
         done
         # Without attackers: FedLNS()'s clean cost on each payload (clean FedAvg comes with the sweeps above).
         "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions 0 \
-            --methods fedlns_default --seeds "$seed" --set peft_norms=false --set signature=auto --out "$runs/frozen"
+            --methods fedlns_default --seeds "$seed" "${frozen[@]}" \
+            --set learning_rate="$(rate "$family")" --out "$runs/frozen"
         "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions 0 \
-            --methods fedlns_default --seeds "$seed" --out "$runs/norms"
+            --methods fedlns_default --seeds "$seed" \
+            --set learning_rate="$(rate "$family")" --out "$runs/norms"
       done
     done
     ;;
-  *) echo "unknown step $step (lr or matrix)" >&2; exit 2 ;;
+  *) echo "unknown step $step (lr, targets or matrix)" >&2; exit 2 ;;
 esac
