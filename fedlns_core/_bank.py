@@ -52,10 +52,12 @@ class Refresh:
             out[:, slot] = values[rows]
         return out
 
-    def reference(self, mad_floor: float) -> tuple[np.ndarray, np.ndarray]:
+    def reference(self, mad_floor: float, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Median and floored MAD of the refreshed bank (eqs. ``bank_median`` to ``bank_mad``), read block by
-        block without building the refreshed (D, n) array."""
-        return median_mad_blocks(self._block, self.base.shape[0], self.n_columns, mad_floor, dtype=self.dtype)
+        block without building the refreshed (D, n) array; of its first ``rows`` rows only, if given (the
+        signature, without the entries the sketching rules bank after it)."""
+        n_rows = self.base.shape[0] if rows is None else rows
+        return median_mad_blocks(self._block, n_rows, self.n_columns, mad_floor, dtype=self.dtype)
 
 
 class HistoryBank:

@@ -97,7 +97,12 @@ def lora_payload_keys(params: Mapping[str, np.ndarray]) -> tuple[str, ...]:
 
 
 def change_norms(client: np.ndarray, reference: np.ndarray, statistic: str, out: np.ndarray) -> None:
-    """Write the column (``"columns"``) or row (``"rows"``) norms of ``client - reference`` into ``out``, in float64.
+    """Write the column (``"columns"``) or row (``"rows"``) norms of ``client - reference`` into ``out``.
+
+    In the factors' precision: float32 arithmetic for factors of float32 or narrower (what a model sends), so
+    every norm is exactly a float32 and the bank stores the signature in float32 (half the memory and sorting
+    time of float64; the norms are within a few float32 rounding errors of the float64 ones, far below any
+    difference the screen reads); float64 arithmetic for float64 factors.
 
     Examples
     --------
@@ -105,6 +110,12 @@ def change_norms(client: np.ndarray, reference: np.ndarray, statistic: str, out:
     >>> change_norms(np.array([[3.0, 0.0], [4.0, 1.0]]), np.zeros((2, 2)), "columns", out)
     >>> out.tolist()
     [5.0, 1.0]
+    >>> change_norms(np.array([[3.0, 0.0], [4.0, 1.0]], np.float32), np.zeros((2, 2), np.float32), "rows", out)
+    >>> out.tolist()
+    [3.0, 4.123105525970459]
     """
-    change = np.subtract(client, reference, dtype=np.float64)
-    np.sqrt(np.einsum("ij,ij->j" if statistic == "columns" else "ij,ij->i", change, change), out=out)
+    dtype = np.result_type(client, reference, np.float32)
+    change = np.subtract(client, reference, dtype=dtype if dtype.itemsize <= 4 else np.float64)
+    norms = np.einsum("ij,ij->j" if statistic == "columns" else "ij,ij->i", change, change)
+    np.sqrt(norms, out=norms)
+    out[...] = norms

@@ -624,8 +624,7 @@ class FedLNS:
             if not len(refresh):
                 features = np.empty_like(signatures[:, :width])
                 break
-            median, mad = refresh.reference(settings["mad_floor"])  # eqs. bank_median-bank_mad
-            median, mad = median[:width], mad[:width]
+            median, mad = refresh.reference(settings["mad_floor"], width)  # eqs. bank_median-bank_mad
             features = standardize(signatures[:, :width], median, mad)  # (N, D), eq. z_full
             largest = largest_deviations(features)
             beyond = ~(largest <= MAX_DEVIATION)
@@ -648,7 +647,7 @@ class FedLNS:
             for client_id, score in zip(canonical, scores):
                 slot = refresh.slots.get(client_id)
                 if slot in refresh.writes:
-                    refresh.writes[slot][-1] = score
+                    refresh.writes[slot][-1] = np.float32(score)  # in float32, as the sketch
         round_index = self.round_
         screened = set(canonical)
         valid = [client_id for client_id in valid if client_id in screened]
