@@ -1,0 +1,169 @@
+"""The LoRA scenario's matrix (``docs/results/lora-matrix``) and the targets of its plan, as Markdown.
+
+Reads the runs of ``scripts/results_lora_matrix.sh`` (runs folders, or results folders holding their archive) and
+prints, per family, partition, fraction and attack, the mean over the seeds given of every method's best-checkpoint
+and last-10 perplexity, ``FedLNS()``'s TPR / FPR (summed over the seeds' decided rounds) and recovery
+``(FedAvg - FedLNS) / (FedAvg - oracle)`` (of the seed means), with clean FedAvg and the oracle beside them; a cell
+is shown when FedAvg and ``FedLNS()`` have every seed in it. Then the plan's targets, each met or missed with its
+numbers, over the cells present:
+
+* at 40%, under the scenario's attack (``target_corruption``), on each family and partition: recovery >= 0.9 at the
+  best checkpoint and over the last 10 rounds, TPR >= 0.95, FPR <= 0.05;
+* no attack more than 1% worse than FedAvg at any seed (best and last 10);
+* clean cost (``FedLNS()`` without attackers against clean FedAvg, per seed) at most +1%;
+* no round after activation that kept attackers only, in any ``FedLNS()`` run.
+
+Usage: python scripts/lora_matrix_table.py RUNS [RUNS ...] [--seeds S] [--payload NAME]
+  (S: comma-separated, default 100,200,300; NAME: a label for the heading, e.g. "adapters only")
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from fedlns_sim.report.load import load_runs
+from fedlns_sim.runfiles import parse_records
+from fedlns_sim.runstore import stored_runs
+
+OURS = "fedlns_default"
+BASELINES = ("fedavg", "flame", "multi_krum", "coordinate_median", "norm_bounded_fedavg")
+NAMES = {
+    "fedavg": "FedAvg",
+    "flame": "FLAME",
+    "multi_krum": "Multi-Krum",
+    "coordinate_median": "Median",
+    "norm_bounded_fedavg": "Norm-Bound",
+    OURS: "FedLNS()",
+    "oracle": "oracle",
+    "clean": "clean",
+}
+ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_band")
+SCENARIO = "target_corruption"
+
+
+def attackers_only_rounds(sources: list[str]) -> dict[str, list[int]]:
+    """Run name -> the rounds after activation that kept attackers only, for every ``FedLNS()`` run."""
+    locked = {}
+    for name, files in (run for source in sources for run in stored_runs(source)):
+        config = json.loads(files["config.json"])["config"]
+        records = parse_records(files["rounds.jsonl"])
+        if config["method"] != OURS or records[-1]["round"] < config["rounds"]:
+            continue  # another method, or a run still in progress
+        rounds = []
+        for record in records[1:]:
+            if not record.get("decided") or not record.get("active", True):
+                continue
+            kept = {str(c) for c in record.get("kept", [])}
+            if kept and kept <= {str(c) for c in record.get("malicious_sampled", [])}:
+                rounds.append(record["round"])
+        locked[name] = rounds
+    return locked
+
+
+def gather(sources: list[str], seeds: tuple[int, ...]) -> dict:
+    """(family, partition, fraction, attack, method) -> {seed: summary}; clean FedAvg as method "clean" under every
+    (family, partition) with fraction 0, the oracle under its fraction and every attack."""
+    cells: dict = defaultdict(dict)
+    for source in sources:
+        for run in load_runs(source):
+            if run["seed"] not in seeds:
+                continue
+            key = (run["family"], run["partition"], run["fraction"])
+            method = "clean" if run["method"] == "fedavg" and run["fraction"] == 0 else run["method"]
+            attacks = ATTACKS if method == "oracle" else ("-",) if run["fraction"] == 0 else (run["attack"],)
+            for attack in attacks:
+                cells[(*key, attack, method)][run["seed"]] = run
+    return cells
+
+
+def mean(runs: dict, key: str) -> float:
+    return float(np.mean([run[key] for run in runs.values()]))
+
+
+def rates(runs: dict) -> tuple[float, float]:
+    tp, fp, fn, tn = (sum(run[k] for run in runs.values()) for k in ("tp", "fp", "fn", "tn"))
+    return (tp / (tp + fn) if tp + fn else math.nan), (fp / (fp + tn) if fp + tn else math.nan)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--seeds", default="100,200,300")
+    parser.add_argument("--payload", default="")
+    args = parser.parse_args(argv)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    cells = gather(args.runs, seeds)
+    locked = attackers_only_rounds(args.runs)
+    complete = lambda cell: cell is not None and set(cell) == set(seeds)  # noqa: E731
+
+    settings = sorted({key[:3] for key in cells if key[2] > 0})
+    print(f"# The LoRA matrix{': ' + args.payload if args.payload else ''} (seeds {args.seeds})\n")
+    print(
+        "Best checkpoint / last 10 rounds' perplexity, mean over the seeds; FedLNS() with TPR / FPR and recovery "
+        "(best / last 10).\n"
+    )
+    methods = [m for m in BASELINES[1:] if any(key[4] == m for key in cells)]
+    print(
+        "| family | partition | malicious | attack | clean | oracle | FedAvg | FedLNS() | TPR / FPR | recovery |"
+        + "".join(f" {NAMES[m]} |" for m in methods)
+    )
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(methods))
+    checks = defaultdict(list)  # target -> [(cell text, met)]
+    for family, partition, fraction in settings:
+        clean = cells.get((family, partition, 0.0, "-", "clean"))
+        for attack in ATTACKS:
+            ours, fedavg = (
+                cells.get((family, partition, fraction, attack, OURS)),
+                cells.get((family, partition, fraction, attack, "fedavg")),
+            )
+            if not (complete(ours) and complete(fedavg)):
+                continue
+            oracle = cells.get((family, partition, fraction, attack, "oracle"))
+            text = lambda runs: (  # noqa: E731
+                f"{mean(runs, 'perplexity'):.1f} / {mean(runs, 'last10_perplexity'):.1f}" if complete(runs) else "-"
+            )
+            tpr, fpr = rates(ours)
+            recovery = []
+            for key in ("perplexity", "last10_perplexity"):
+                gap = mean(fedavg, key) - mean(oracle, key) if complete(oracle) else math.nan
+                recovery.append((mean(fedavg, key) - mean(ours, key)) / gap if gap else math.nan)
+            others = [text(cells.get((family, partition, fraction, attack, m))) for m in methods]
+            print(
+                f"| {family} | {partition} | {fraction:.0%} | {attack} | {text(clean)} | {text(oracle)} | "
+                f"{text(fedavg)} | **{text(ours)}** | {tpr:.2f} / {fpr:.2f} | {recovery[0]:.2f} / "
+                f"{recovery[1]:.2f} |" + "".join(f" {other} |" for other in others)
+            )
+            cell = f"{family} {partition} {fraction:.0%} {attack}"
+            if fraction == 0.4 and attack == SCENARIO:
+                met = min(recovery) >= 0.9 and tpr >= 0.95 and fpr <= 0.05
+                checks["recovery >= 0.9 (best, last 10), TPR >= 0.95, FPR <= 0.05 at 40%"].append(
+                    (f"{cell}: {recovery[0]:.2f} / {recovery[1]:.2f}, {tpr:.2f} / {fpr:.2f}", met)
+                )
+            worst = max(ours[s][k] / fedavg[s][k] - 1 for s in seeds for k in ("perplexity", "last10_perplexity"))
+            checks["at most 1% worse than FedAvg at any seed"].append((f"{cell}: {worst:+.1%}", worst <= 0.01))
+    for family, partition in sorted({key[:2] for key in settings}):
+        ours, clean = cells.get((family, partition, 0.0, "-", OURS)), cells.get((family, partition, 0.0, "-", "clean"))
+        if complete(ours) and complete(clean):
+            cost = max(ours[s][k] / clean[s][k] - 1 for s in seeds for k in ("perplexity", "last10_perplexity"))
+            checks["clean cost at most +1% (worst seed)"].append((f"{family} {partition}: {cost:+.1%}", cost <= 0.01))
+    for name, rounds in sorted(locked.items()):
+        checks["no attackers-only round after activation"].append((f"{name}: {rounds or 'none'}", not rounds))
+
+    print("\n## Targets\n")
+    for target, results in checks.items():
+        missed = [text for text, met in results if not met]
+        print(
+            f"- **{target}**: {'met' if not missed else 'missed'} in {len(results) - len(missed)} of {len(results)}"
+            + (f"; missed: {'; '.join(missed)}" if missed else "")
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
