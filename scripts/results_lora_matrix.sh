@@ -8,7 +8,7 @@
 #   STEP "lr":     the learning-rate selection for BERT and LLaMA (FedAvg only, selection seeds 11 and 12), into
 #                  RUNS_DIR/lr; read the choice with `python scripts/lora_lr_choice.py RUNS_DIR/lr`
 #   STEP "targets": the cells the plan's targets read, first: FedAvg and FedLNS() with the references on the
-#                  adapters-only payload, seed by seed, 40% before 20%, every family, then FedLNS() without attackers
+#                  adapters-only payload, seed by seed: 40%, then FedLNS() without attackers, then 20%
 #   STEP "matrix": the whole matrix, seed by seed, 40% before 20%, into RUNS_DIR/frozen (adapters only, norms
 #                  frozen: the stacks' default) and RUNS_DIR/norms (adapters and norms: the recipe of docs/peft.md);
 #                  the runs "targets" made are the same runs, and are skipped
@@ -40,17 +40,18 @@ case "$step" in
     ;;
   targets)
     for seed in 100 200 300; do
-      for fraction in 0.4 0.2; do
+      for fraction in 0.4 0 0.2; do
         for family in gpt llama bert; do
-          "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions "$fraction" \
-              --methods fedavg,fedlns_default --attacks "$attacks" --seeds "$seed" "${frozen[@]}" \
-              --set learning_rate="$(rate "$family")" --out "$runs/frozen"
+          if [ "$fraction" = 0 ]; then  # FedLNS()'s clean cost (clean FedAvg came with the references)
+            "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions 0 \
+                --methods fedlns_default --seeds "$seed" "${frozen[@]}" --set learning_rate="$(rate "$family")" \
+                --out "$runs/frozen"
+          else
+            "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions "$fraction" \
+                --methods fedavg,fedlns_default --attacks "$attacks" --seeds "$seed" "${frozen[@]}" \
+                --set learning_rate="$(rate "$family")" --out "$runs/frozen"
+          fi
         done
-      done
-      for family in gpt llama bert; do
-        "$sim" sweep "${common[@]}" --families "$family" --partitions iid,noniid --fractions 0 \
-            --methods fedlns_default --seeds "$seed" "${frozen[@]}" --set learning_rate="$(rate "$family")" \
-            --out "$runs/frozen"
       done
     done
     ;;
