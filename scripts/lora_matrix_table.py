@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
             if fraction == 0.4 and attack == SCENARIO:
                 met = min(recovery) >= 0.9 and tpr >= 0.95 and fpr <= 0.05
                 checks["recovery >= 0.9 (best, last 10), TPR >= 0.95, FPR <= 0.05 at 40%"].append(
-                    (f"{cell}: {recovery[0]:.2f} / {recovery[1]:.2f}, {tpr:.2f} / {fpr:.2f}", met)
+                    (f"{cell}: recovery {recovery[0]:.3f} / {recovery[1]:.3f}, TPR / FPR {tpr:.3f} / {fpr:.3f}", met)
                 )
             worst = max(ours[s][k] / fedavg[s][k] - 1 for s in seeds for k in ("perplexity", "last10_perplexity"))
             checks["at most 1% worse than FedAvg at any seed"].append((f"{cell}: {worst:+.1%}", worst <= 0.01))
@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
     for target, results in checks.items():
         missed = [text for text, met in results if not met]
         print(
-            f"- **{target}**: {'met' if not missed else 'missed'} in {len(results) - len(missed)} of {len(results)}"
+            f"- **{target}**: {'met' if not missed else 'missed'}, {len(results) - len(missed)} of {len(results)} hold it"
             + (f"; missed: {'; '.join(missed)}" if missed else "")
         )
     return 0
