@@ -89,3 +89,15 @@ def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():
         {k: v for k, v in Config(method="fedavg").to_dict().items() if k != "default_rule"}).run_name()
     assert [reported_method(c) for c in (archived, today.to_dict(), Config(method="fedavg").to_dict())] == [
         "fedlns_support", "fedlns_default", "fedavg"]
+
+
+def test_default_clip_switches_fedlns_defaults_clipping_and_names_only_its_runs():
+    from fedlns_sim.methods import make_screener
+
+    assert make_screener(Config(method="fedlns_default")).clip == "median"
+    assert make_screener(Config(method="fedlns_default", default_clip="none")).clip is None
+    assert Config(method="fedlns_default", default_clip="none").run_name() != Config(method="fedlns_default").run_name()
+    archived = {k: v for k, v in Config(method="fedlns_default").to_dict().items() if k != "default_clip"}
+    assert config_from_dict(archived).run_name() == Config(method="fedlns_default").run_name()  # added at its default
+    with pytest.raises(ValueError, match="default_clip"):
+        Config(method="fedlns_default", default_clip="mean").validate()

@@ -90,7 +90,9 @@ LEGACY = {"default_rule": "support", "cohort_undecided": "keep"}
 def experiment_fields(config_dict: dict) -> dict:
     """The config without the machine keys (and ``default_rule`` outside ``fedlns_default``, the one method it
     applies to): what must match for two folders to hold the same run."""
-    unused = () if config_dict.get("method") == "fedlns_default" else ("default_rule", "cohort_undecided")
+    unused = (
+        () if config_dict.get("method") == "fedlns_default" else ("default_rule", "cohort_undecided", "default_clip")
+    )
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
@@ -177,6 +179,7 @@ class Config:
     # shows them as fedlns_support, the method that runs that rule now)
     cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold
     # (keep for runs archived before the setting: LEGACY)
+    default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
 
     @property
     def clients_per_round(self) -> int:
@@ -278,6 +281,10 @@ class Config:
             (
                 self.cohort_undecided in ("keep", "hold", "support"),
                 f"cohort_undecided must be keep, hold or support, got {self.cohort_undecided!r}",
+            ),
+            (
+                self.default_clip in ("median", "none"),
+                f"default_clip must be median or none, got {self.default_clip!r}",
             ),
             (
                 not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
