@@ -204,7 +204,7 @@ class CohortOutcome:
     support: np.ndarray  # (N,) mean cosine to the kept part's other clients (nan alone)
     graph: CohortGraph
     loud_threshold: float | None
-    undecided: bool = False  # the round split and no cohort holds more than half of the bank's ids
+    to_support: bool = False  # undecided="support" and the round split with no cohort holding most of the bank's ids
 
 
 def cohort_rule(
@@ -239,7 +239,7 @@ def cohort_rule(
         A round that falls into parts apart while no cohort holds more than half of the bank's ids: ``"keep"``
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
         ``majority_only``, is otherwise kept there). ``"support"`` is decided by the screener, which hands such a
-        round (``CohortOutcome.undecided``) to the support rule; here it keeps everyone.
+        round (``CohortOutcome.to_support``) to the support rule; here it keeps everyone.
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -291,4 +291,6 @@ def cohort_rule(
         rows = recent_rows(stamps, recent)
         loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    return CohortOutcome(retained, tuple(reasons), support, graph, loud_threshold, open_round)
+    return CohortOutcome(
+        retained, tuple(reasons), support, graph, loud_threshold, open_round and undecided == "support"
+    )

@@ -116,6 +116,4 @@ def change_norms(client: np.ndarray, reference: np.ndarray, statistic: str, out:
     """
     dtype = np.result_type(client, reference, np.float32)
     change = np.subtract(client, reference, dtype=dtype if dtype.itemsize <= 4 else np.float64)
-    norms = np.einsum("ij,ij->j" if statistic == "columns" else "ij,ij->i", change, change)
-    np.sqrt(norms, out=norms)
-    out[...] = norms
+    np.sqrt(np.einsum("ij,ij->j" if statistic == "columns" else "ij,ij->i", change, change), out=out)

@@ -700,8 +700,7 @@ class FedLNS:
             )
             support = {}
             try:
-                fallback = cohort is not None and cohort.undecided and settings["cohort_undecided"] == "support"
-                if cohort is not None and not fallback:
+                if cohort is not None and not cohort.to_support:
                     labels, n_components, bic = (~cohort.retained).astype(int), None, None
                     reasons = [f"screened: {reason}" if reason else "" for reason in cohort.reasons]
                     support = dict(zip(canonical, cohort.support.tolist()))

@@ -28,6 +28,7 @@ from collections import defaultdict
 import numpy as np
 
 from fedlns_sim.report.load import load_runs
+from fedlns_sim.report.stats import detection_rates
 from fedlns_sim.runfiles import parse_records
 from fedlns_sim.runstore import stored_runs
 
@@ -87,8 +88,9 @@ def mean(runs: dict, key: str) -> float:
 
 
 def rates(runs: dict) -> tuple[float, float]:
-    tp, fp, fn, tn = (sum(run[k] for run in runs.values()) for k in ("tp", "fp", "fn", "tn"))
-    return (tp / (tp + fn) if tp + fn else math.nan), (fp / (fp + tn) if fp + tn else math.nan)
+    """TPR and FPR of the seeds' decided rounds together."""
+    totals = detection_rates(**{k: sum(run[k] for run in runs.values()) for k in ("tp", "fp", "fn", "tn")})
+    return totals["tpr"], totals["fpr"]
 
 
 def main(argv: list[str]) -> int:

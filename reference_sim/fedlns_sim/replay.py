@@ -204,13 +204,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
             graph = outcome.graph.restricted(list(bank))
         if not record.get("active"):
             continue
-        fallback = (
-            name == "cohort"
-            and isinstance(outcome, CohortOutcome)
-            and outcome.undecided
-            and screener.cohort_undecided == "support"
-        )
-        if name == "cohort" and not fallback:
+        if name == "cohort" and not (isinstance(outcome, CohortOutcome) and outcome.to_support):
             retained = outcome.retained
         else:  # the support rule, or the cohort rule's fallback for a round it cannot decide
             outcome = support_rule(
