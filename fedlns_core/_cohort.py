@@ -18,8 +18,9 @@ which is what the history bank is keyed by anyway:
 
 1. **The round's parts.** The round's update sketches (``fedlns_core._support``) are cut in two by
    average-linkage clustering of their cosines. The parts are *apart* when the larger of their mean cosines
-   within is at least ``MIN_COHERENCE`` and the mean cosine across is below ``separation`` times it; else the
-   round is one part (a clean round, or attackers the updates cannot tell apart).
+   within is at least ``MIN_COHERENCE`` and the mean cosine across is below ``separation`` times it, and the cut
+   is wider than the one the tree finds in rounds of exchangeable clients as alike as these (:func:`round_parts`);
+   else the round is one part (a clean round, or attackers the updates cannot tell apart).
 2. **The cohort graph.** Every split round adds +1 between two of its clients in the same part and -1 between
    two in different parts to a signed graph over client ids (the bank's ids); older evidence decays by
    ``cohort_decay`` per round, so a client's standing follows what it sends now.
@@ -61,12 +62,19 @@ _DENSE_EIGEN_LIMIT = 400
 @dataclass(frozen=True)
 class RoundParts:
     """A round's cut in two: ``first`` (N,) bool marks the coherent part; ``within`` its mean cosine within,
-    ``across`` the mean cosine between the parts; ``apart`` whether the cut counts."""
+    ``across`` the mean cosine between the parts; ``effect`` their gap in spreads (:func:`cut_effect`);
+    ``apart`` whether the cut counts."""
 
     first: np.ndarray
     within: float
     across: float
     apart: bool
+    effect: float = float("nan")
+
+
+#: A cut counts only when it is wider than the cut in every one of this many simulated rounds of exchangeable
+#: clients (:func:`round_parts`): about one round in ``NULL_ROUNDS + 1`` of a single population is cut by chance.
+NULL_ROUNDS = 99
 
 
 def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None = None) -> RoundParts | None:
@@ -77,12 +85,20 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
     to the rest is below ``separation`` times that. Coherent: at least ``MIN_COHERENCE``, and at least four
     standard errors above chance, where two unrelated updates of ``dimension`` independent numbers have cosines
     of about ``1 / sqrt(dimension)``: a core of m clients averages
-    m (m - 1) / 2 of them, so it needs ``4 / sqrt(dimension * m (m - 1) / 2)``. Without this, two noise updates
-    of a small model that happen to agree would be a core. Of the cores apart from the rest, the
-    one with the most coherence (size times mean cosine within) cuts the round: two opposed groups give the
-    same cut whichever is the core, and updates that agree with nothing (noise) all land outside the core that
-    the honest clients form, however many there are. Without such a core the round is one part
-    (``apart=False``; ``first`` is then the largest group apart from nothing: everyone).
+    m (m - 1) / 2 of them, so it needs ``4 / sqrt(dimension * m (m - 1) / 2)``. Of the cores apart from the
+    rest, the one with the most coherence (size times mean cosine within) cuts the round: two opposed groups give
+    the same cut whichever is the core, and updates that agree with nothing (noise) all land outside the core
+    that the honest clients form, however many there are.
+
+    The cut counts only if it is *significant*: a round of clients from one population, whose updates agree as
+    weakly as each other (a small masked model's LoRA updates: mean cosine 0.03-0.05, spread 0.05), always has
+    some group that agrees a little more, and the tree finds it. So the cut's gap ``within - across`` is measured
+    in units of the spread of the round's pair cosines around their own group's mean (:func:`cut_effect`) and
+    compared with the same measure of the cut the tree makes in ``NULL_ROUNDS`` simulated rounds of N
+    exchangeable clients with the round's mean cosine and that spread (:func:`_null_cosines`). The cut counts
+    when it is wider than every one of them (a permutation-style p-value of at most ``1 / (NULL_ROUNDS + 1)``).
+    The simulation's seed is fixed, so the same cosines always give the same cut. Without a cut that counts the
+    round is one part (``apart=False``; ``first`` is then everyone).
 
     Examples
     --------
@@ -96,17 +112,40 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
     n = cosines.shape[0]
     if n < 3:
         return None
+    one_part = RoundParts(np.ones(n, dtype=bool), float("nan"), float("nan"), False)
+    cut = _best_cut(cosines, separation, dimension)
+    if cut is None:
+        return one_part
+    first, within, across = cut
+    effect, spread = cut_effect(cosines, first)
+    if np.isfinite(effect):  # a zero spread (identical updates on each side) needs no simulation
+        rng = np.random.default_rng(n)
+        mean = float((cosines.sum() - np.trace(cosines)) / (n * (n - 1)))
+        for _ in range(NULL_ROUNDS):
+            null = _null_cosines(rng, n, mean, spread)
+            null_cut = _best_cut(null, separation, dimension)
+            if null_cut is not None and cut_effect(null, null_cut[0])[0] >= effect:
+                return RoundParts(one_part.first, float("nan"), float("nan"), False, effect)
+    return RoundParts(first, within, across, True, effect)
+
+
+def _best_cut(cosines: np.ndarray, separation: float, dimension: int | None) -> tuple[np.ndarray, float, float] | None:
+    """The most coherent core apart from the rest (:func:`round_parts`, before the significance test): (first,
+    within, across), or None."""
+    n = cosines.shape[0]
     tree = average_linkage(cosines)
     row_sums = cosines.sum(axis=1) - np.diag(cosines)
     members: list[np.ndarray] = [np.array([i]) for i in range(n)]
     inner = [0.0] * n  # sum of cosines between distinct members, per tree node
+    to_node = list(cosines)  # per tree node: each client's summed cosine to its members
     best = None  # (coherence, members, within, across)
     for left, right, _, _ in tree:
-        a, b = members[int(left)], members[int(right)]
-        group = np.concatenate([a, b])
-        total = inner[int(left)] + inner[int(right)] + 2.0 * float(cosines[np.ix_(a, b)].sum())  # a, b disjoint
+        a, b = int(left), int(right)
+        group = np.concatenate([members[a], members[b]])
+        total = inner[a] + inner[b] + 2.0 * float(to_node[a][members[b]].sum())  # a, b disjoint
         members.append(group)
         inner.append(total)
+        to_node.append(to_node[a] + to_node[b])
         size = group.size
         if size >= n:
             continue
@@ -117,10 +156,52 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
         if coherent and across < separation * within and (best is None or size * within > best[0]):
             best = (size * within, group, within, across)
     if best is None:
-        return RoundParts(np.ones(n, dtype=bool), float("nan"), float("nan"), False)
+        return None
     first = np.zeros(n, dtype=bool)
     first[best[1]] = True
-    return RoundParts(first, best[2], best[3], True)
+    return first, best[2], best[3]
+
+
+def cut_effect(cosines: np.ndarray, first: np.ndarray) -> tuple[float, float]:
+    """A cut's gap in spreads, and the spread: ``(within - across) / s``, where ``within`` and ``across`` are the
+    mean pair cosines within ``first`` and between it and the rest, and ``s`` the pooled standard deviation of
+    the pair cosines around their own group's mean (pairs within ``first``, within the rest, across). Infinite
+    when every group's pairs are equal.
+
+    >>> c = np.array([[1.0, 0.9, 0.0, 0.1], [0.9, 1.0, 0.1, 0.0], [0.0, 0.1, 1.0, 0.5], [0.1, 0.0, 0.5, 1.0]])
+    >>> [round(float(x), 3) for x in cut_effect(c, np.array([True, True, False, False]))]
+    [14.722, 0.058]
+    """
+    n = cosines.shape[0]
+    upper = np.triu_indices(n, 1)
+    pairs = cosines[upper]
+    left, right = first[upper[0]], first[upper[1]]
+    groups = [pairs[left & right], pairs[~left & ~right], pairs[left != right]]
+    groups = [g for g in groups if g.size]
+    residual = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
+    spread = float(np.sqrt(residual / max(pairs.size - len(groups), 1)))
+    gap = float(pairs[left & right].mean() - pairs[left != right].mean())
+    return (gap / spread if spread > 0 else float("inf")), spread
+
+
+def _null_cosines(rng: np.random.Generator, n: int, mean: float, spread: float) -> np.ndarray:
+    """Cosines of n exchangeable unit vectors: ``x_i = sqrt(m) c + sqrt(1 - m) e_i`` with ``m = max(mean, 0)``,
+    a shared unit direction c and independent isotropic unit vectors e_i orthogonal to it in
+    ``d = (1 - m)^2 / spread^2`` dimensions, so that ``cos(x_i, x_j) = m + (1 - m) cos(e_i, e_j)`` has mean m
+    and spread ``(1 - m) / sqrt(d) = spread``. The e_i's Gram matrix is drawn directly (Bartlett's decomposition
+    of a Wishart matrix), without drawing d-dimensional vectors."""
+    m = max(mean, 0.0)
+    d = max(int(round((1.0 - m) ** 2 / spread**2)), 1)
+    if d <= n:
+        e = rng.standard_normal((n, d))
+        gram = e @ e.T
+    else:
+        lower = np.tril(rng.standard_normal((n, n)), -1)
+        lower[np.diag_indices(n)] = np.sqrt(rng.chisquare(d - np.arange(n)))
+        gram = lower @ lower.T
+    norms = np.sqrt(np.diag(gram))
+    noise = gram / np.outer(norms, norms)
+    return m + (1.0 - m) * noise
 
 
 class CohortGraph:

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from fedlns_core import FedLNS
-from fedlns_core._cohort import CohortGraph, round_parts
+from fedlns_core._cohort import CohortGraph, _best_cut, cut_effect, round_parts
 from fedlns_core._support import _unit
 
 DIM = 2048  # the sketch's default length: chance cosines of about 1 / sqrt(2048) = 0.022
@@ -45,6 +45,38 @@ def test_a_round_of_one_population_is_not_cut():
     noise = [rng.standard_normal(DIM) for _ in range(10)]  # nothing coherent: nothing to cut by
     assert not round_parts(_cosines(noise), separation=0.5).apart
     assert round_parts(_cosines(coherent[:2]), separation=0.5) is None
+
+
+def test_a_weakly_agreeing_population_is_cut_only_by_chance():
+    """Updates of one population that agree only weakly (few effective dimensions: cosines 0.04 +- 0.05, like a
+    small masked model's LoRA updates) always hold a group that agrees a little more. The tree finds one in most
+    rounds; the significance test lets about one round in a hundred through."""
+    rng = np.random.default_rng(3)
+    shared = rng.standard_normal(400)
+    rounds = [_cosines([0.2 * shared + rng.standard_normal(400) for _ in range(10)]) for _ in range(60)]
+    assert sum(_best_cut(c, 0.5, None) is not None for c in rounds) >= 30  # what the tree alone would cut
+    assert sum(round_parts(c, separation=0.5).apart for c in rounds) <= 2
+
+
+def test_a_real_split_in_the_same_noise_is_still_cut():
+    """The same weak honest agreement, with two attackers that share a direction: the cut counts."""
+    rng = np.random.default_rng(4)
+    shared, attack = rng.standard_normal(400), rng.standard_normal(400)
+    for _ in range(10):
+        rows = [0.2 * shared + rng.standard_normal(400) for _ in range(8)]
+        rows += [attack + rng.standard_normal(400) for _ in range(2)]
+        parts = round_parts(_cosines(rows), separation=0.5)
+        truth = np.arange(10) >= 8
+        assert parts.apart and (np.array_equal(parts.first, truth) or np.array_equal(parts.first, ~truth))
+
+
+def test_cut_effect_is_the_gap_in_pooled_spreads():
+    cosines = np.array([[1.0, 0.9, 0.0, 0.1], [0.9, 1.0, 0.1, 0.0], [0.0, 0.1, 1.0, 0.5], [0.1, 0.0, 0.5, 1.0]])
+    effect, spread = cut_effect(cosines, np.array([True, True, False, False]))
+    assert spread == pytest.approx(np.sqrt(4 * 0.05**2 / 3))  # only the across pairs vary: 6 pairs, 3 groups
+    assert effect == pytest.approx((0.9 - 0.05) / spread)
+    identical = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert cut_effect(identical, np.array([True, True, False]))[0] == np.inf
 
 
 @settings(max_examples=30, deadline=None)
