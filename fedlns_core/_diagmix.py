@@ -18,9 +18,9 @@ signature coordinates:
   usual case for N << D), EM has converged: the next iteration would repeat it.
 
 Variances and the fitted rows' Mahalanobis terms are computed from centred residuals (scikit-learn
-expands the square, which loses precision when a group lies far from the origin relative to its spread). The decisions are checked against
-scikit-learn's on generated rounds in ``tests/test_diagmix.py``; ``solver="sklearn"`` keeps
-scikit-learn's fit selectable as the reference.
+expands the square, which loses precision when a group lies far from the origin relative to its spread). The
+decisions are checked against scikit-learn's on generated rounds in ``tests/test_diagmix.py``;
+``solver="sklearn"`` keeps scikit-learn's fit selectable as the reference.
 """
 
 from __future__ import annotations

@@ -308,9 +308,9 @@ class FedLNS:
         ``(random_state, t)``, so decisions are reproducible and survive save/load.
     retain_rule : {"cohort", "support", "paper", "guarded", "peeled", "bank"}, default="cohort"
         ``"cohort"`` is described above and in ``fedlns_core._cohort``. ``"paper"`` keeps the low-deviation
-        component of the BIC-chosen mixture (Algorithm BICGMMRetain). The others are not in the paper; they were measured against it in
-        ``docs/rules.md`` and read the bank's own scores (bank entries standardized like the round),
-        whose benign part gives a width to measure separations in:
+        component of the BIC-chosen mixture (Algorithm BICGMMRetain). The others are not in the paper; they were
+        measured against it in ``docs/rules.md`` and read the bank's own scores (bank entries standardized like
+        the round), whose benign part gives a width to measure separations in:
 
         * ``"guarded"``: the paper's mixture, but a component of one client never decides: that client
           is rejected only when its score is ``lone_separation`` benign widths above the bank's benign
@@ -340,8 +340,9 @@ class FedLNS:
         this many benign widths keeps everyone (for ``"guarded"``, splits into groups of two or more).
     separation : float in (0, 1), default=0.5
         ``"cohort"``: a group of the round's clients is apart from the rest when their mean cosine is below
-        this share of the group's own; ``"support"``: a group of recent bank entries is separated from the
-        majority group when their mean cosine is below this share of the majority's own.
+        this share of the group's own (and the cut is wider than chance, ``docs/concepts.md``); ``"support"``: a
+        group of recent bank entries is separated from the majority group when their mean cosine is below this
+        share of the majority's own.
     max_groups : int >= 2, default=4
         ``"support"`` only: the most groups the recent bank entries are cut into.
     loud_separation : float > 0, default=6.0

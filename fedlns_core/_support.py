@@ -20,8 +20,8 @@ attacker may hold):
    ``H``'s entries other than its own, is reported either way.
 4. **Loud normalization change**: the paper's deviation score ``delta_i`` (eq. ``client_score``) above the
    scores the recent entries were screened with by more than ``loud_separation`` robust standard deviations
-   (1.4826 MAD) is rejected as *loud*: normalization parameters are a tiny share of an update's norm, so the full-update view cannot see a
-   blown-up normalization change, and the paper's statistic can.
+   (1.4826 MAD) is rejected as *loud*: normalization parameters are a tiny share of an update's norm, so the
+   full-update view cannot see a blown-up normalization change, and the paper's statistic can.
 
 Why groups and not a threshold on each client's support: measured on recorded rounds (GPT, ``cpu`` preset, 40%
 malicious, seed 100), honest updates have mean cosine 0.41 with each other within a round and 0.3 across 1-6
