@@ -302,6 +302,40 @@ def test_lora_attacks_shape_the_adapter_change_against_the_lora_signature():
         make_config("smoke", "gpt", attack="lora_band")
 
 
+def test_cut_blend_sends_the_least_honest_blend_whose_cut_is_not_significant():
+    from fedlns_core._cohort import round_parts
+
+    rng = np.random.default_rng(5)
+    dim, shared, poison = 400, rng.standard_normal(400), rng.standard_normal(400)
+    global_params = {"w": np.zeros(dim, dtype=np.float32)}
+    clients = {c: {"w": (0.3 * shared + rng.standard_normal(dim)).astype(np.float32)} for c in range(6)}
+    clients.update({c: {"w": (poison + 0.3 * rng.standard_normal(dim)).astype(np.float32)} for c in range(6, 10)})
+    malicious = [6, 7, 8, 9]
+    attack = make_attack("cut_blend", TOKENIZER, _config())
+
+    def cut(params):
+        rows = np.stack([params[c]["w"].astype(np.float64) for c in range(10)])
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        return round_parts(rows @ rows.T, separation=0.5)
+
+    assert cut(clients).apart  # the plain poison is cut off
+    sent = attack.craft(global_params, clients, malicious, (), rng)
+    assert not cut(sent).apart
+    benign = [clients[c]["w"].astype(np.float64) for c in range(6)]
+    blends = [  # the weight on the benign update each attacker was given, read back from what it sent
+        float(np.linalg.lstsq(np.stack([clients[c]["w"], benign[k]], axis=1).astype(np.float64),
+                              sent[c]["w"].astype(np.float64), rcond=None)[0][1])
+        for k, c in enumerate(malicious)
+    ]
+    lam = blends[0]
+    assert lam > 0 and np.allclose(blends, lam, atol=1e-4)
+    step = round(lam * 10) / 10 - 0.1  # the grid's value below it did not hide the cut
+    earlier = {c: {"w": ((1 - step) * clients[c]["w"] + step * benign[k]).astype(np.float32)}
+               for k, c in enumerate(malicious)}
+    assert cut({**clients, **earlier}).apart
+    assert all(sent[c] is clients[c] for c in range(6))
+
+
 @pytest.mark.parametrize("attack", ATTACK_NAMES)
 def test_every_attack_runs_end_to_end_in_the_smoke_preset(tmp_path, attack):
     pytest.importorskip("transformers")

@@ -50,6 +50,9 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      the attackers are at least half of the round's clients, the clean one otherwise. The cohort
                      rule places ids only through rounds whose updates split: this attacker splits only where it
                      holds the round, so that the ids it gets placed are its own.
+  ``cut_blend``      train on corrupted targets; each attacker blends its update with a different benign
+                     client's, with the least benign weight that makes the round's cut fail the cohort rule's
+                     significance test (the attackers' cosines to the honest clients spread out).
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -612,6 +615,42 @@ class MajorityOnly(TargetCorruption):
         return {**client_params, **dict(zip(malicious, clean))}
 
 
+class CutBlend(TargetCorruption):
+    """Corrupted training; then attacker k sends ``(1 - lam) p_k + lam b_j``, its poisoned update blended with
+    the update of a different benign client j of the round, with the smallest ``lam`` of ``GRID`` at which the
+    cohort rule's cut of the round (``fedlns_core._cohort.round_parts`` with ``FedLNS()``'s separation, on the
+    updates' exact cosines) is not significant. White-box against the cut's significance test: each attacker
+    leaning towards another honest client spreads the attackers' cosines to the honest ones, which widens the
+    spread the cut's gap is measured in, while the shared poison keeps most of its weight. Where no ``lam``
+    below 1 hides the cut, the attackers send the largest one (the most honest-looking poison)."""
+
+    name = "cut_blend"
+    GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        from fedlns_core import FedLNS
+        from fedlns_core._cohort import round_parts
+
+        benign = [c for c in client_params if c not in malicious]
+        if not malicious or not benign:
+            return client_params
+        keys = sorted(global_params)
+        honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
+        poisoned = [_flat(_updates(global_params, client_params[c]), keys) for c in malicious]
+        separation = FedLNS().separation
+        for lam in self.GRID:
+            crafted = [(1 - lam) * p + lam * honest[k % len(benign)] for k, p in enumerate(poisoned)]
+            rows = np.vstack([honest, np.stack(crafted)])
+            units = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-300)
+            parts = round_parts(units @ units.T, separation=separation)
+            if parts is None or not parts.apart:
+                break
+        return {
+            **client_params,
+            **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(malicious, crafted)},
+        }
+
+
 class IPMSearch(_Colluding):
     """Inner product manipulation with the scale searched against the server's own step each round."""
 
@@ -662,6 +701,7 @@ ATTACKS = {
         LoraQuiet,
         LoraBand,
         MajorityOnly,
+        CutBlend,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

@@ -68,6 +68,7 @@ ATTACK_NAMES = (
     "lora_quiet",
     "lora_band",
     "majority_only",
+    "cut_blend",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
