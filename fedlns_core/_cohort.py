@@ -191,7 +191,7 @@ def _null_cosines(rng: np.random.Generator, n: int, mean: float, spread: float) 
     and spread ``(1 - m) / sqrt(d) = spread``. The e_i's Gram matrix is drawn directly (Bartlett's decomposition
     of a Wishart matrix), without drawing d-dimensional vectors."""
     m = max(mean, 0.0)
-    d = max(int(round((1.0 - m) ** 2 / spread**2)), 1)
+    d = int(round(min(max((1.0 - m) ** 2 / max(spread, 1e-6) ** 2, 1.0), 1e12)))  # spread under 1e-6: nil noise
     if d <= n:
         e = rng.standard_normal((n, d))
         gram = e @ e.T
