@@ -93,7 +93,7 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
     The cut counts only if it is *significant*: a round of clients from one population, whose updates agree as
     weakly as each other (a small masked model's LoRA updates: mean cosine 0.03-0.05, spread 0.05), always has
     some group that agrees a little more, and the tree finds it. So the cut's gap ``within - across`` is measured
-    in units of the spread of the round's pair cosines around their own group's mean (:func:`cut_effect`) and
+    in units of the spread of the round's pair cosines around their own group's median (:func:`cut_effect`) and
     compared with the same measure of the cut the tree makes in ``NULL_ROUNDS`` simulated rounds of N
     exchangeable clients with the round's mean cosine and that spread (:func:`_null_cosines`). The cut counts
     when it is wider than every one of them (a permutation-style p-value of at most ``1 / (NULL_ROUNDS + 1)``).
@@ -164,23 +164,24 @@ def _best_cut(cosines: np.ndarray, separation: float, dimension: int | None) -> 
 
 def cut_effect(cosines: np.ndarray, first: np.ndarray) -> tuple[float, float]:
     """A cut's gap in spreads, and the spread: ``(within - across) / s``, where ``within`` and ``across`` are the
-    mean pair cosines within ``first`` and between it and the rest, and ``s`` the pooled standard deviation of
-    the pair cosines around their own group's mean (pairs within ``first``, within the rest, across). Infinite
-    when every group's pairs are equal.
+    median pair cosines within ``first`` and between it and the rest, and ``s`` the robust spread (1.4826 times
+    the median absolute deviation) of the pair cosines around their own group's median (pairs within ``first``,
+    within the rest, across; a group of one pair has no spread and is left out). Medians, because the attackers choose their own pairs: an attacker that leans
+    towards one honest client makes one across pair large, which would widen a standard deviation (``cut_blend``
+    in the simulator's attacks) but moves a median of many pairs little. Infinite when the spread is zero.
 
-    >>> c = np.array([[1.0, 0.9, 0.0, 0.1], [0.9, 1.0, 0.1, 0.0], [0.0, 0.1, 1.0, 0.5], [0.1, 0.0, 0.5, 1.0]])
+    >>> c = np.array([[1.0, 0.9, 0.0, 0.1], [0.9, 1.0, 0.1, 0.2], [0.0, 0.1, 1.0, 0.5], [0.1, 0.2, 0.5, 1.0]])
     >>> [round(float(x), 3) for x in cut_effect(c, np.array([True, True, False, False]))]
-    [14.722, 0.058]
+    [10.792, 0.074]
     """
     n = cosines.shape[0]
     upper = np.triu_indices(n, 1)
     pairs = cosines[upper]
     left, right = first[upper[0]], first[upper[1]]
-    groups = [pairs[left & right], pairs[~left & ~right], pairs[left != right]]
-    groups = [g for g in groups if g.size]
-    residual = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
-    spread = float(np.sqrt(residual / max(pairs.size - len(groups), 1)))
-    gap = float(pairs[left & right].mean() - pairs[left != right].mean())
+    groups = [pairs[mask] for mask in (left & right, ~left & ~right, left != right) if mask.sum() > 1]
+    residuals = np.concatenate([group - np.median(group) for group in groups])  # a lone pair: no spread to read
+    spread = 1.4826 * float(np.median(np.abs(residuals)))
+    gap = float(np.median(pairs[left & right]) - np.median(pairs[left != right]))
     return (gap / spread if spread > 0 else float("inf")), spread
 
 

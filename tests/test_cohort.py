@@ -70,13 +70,28 @@ def test_a_real_split_in_the_same_noise_is_still_cut():
         assert parts.apart and (np.array_equal(parts.first, truth) or np.array_equal(parts.first, ~truth))
 
 
-def test_cut_effect_is_the_gap_in_pooled_spreads():
-    cosines = np.array([[1.0, 0.9, 0.0, 0.1], [0.9, 1.0, 0.1, 0.0], [0.0, 0.1, 1.0, 0.5], [0.1, 0.0, 0.5, 1.0]])
+def test_cut_effect_is_the_median_gap_in_robust_spreads():
+    cosines = np.array([[1.0, 0.9, 0.0, 0.1], [0.9, 1.0, 0.1, 0.2], [0.0, 0.1, 1.0, 0.5], [0.1, 0.2, 0.5, 1.0]])
     effect, spread = cut_effect(cosines, np.array([True, True, False, False]))
-    assert spread == pytest.approx(np.sqrt(4 * 0.05**2 / 3))  # only the across pairs vary: 6 pairs, 3 groups
-    assert effect == pytest.approx((0.9 - 0.05) / spread)
+    # the lone pairs within each part have no spread; the across pairs 0, .1, .1, .2 deviate .1, 0, 0, .1
+    assert spread == pytest.approx(1.4826 * 0.05)
+    assert effect == pytest.approx((0.9 - 0.1) / spread)
     identical = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     assert cut_effect(identical, np.array([True, True, False]))[0] == np.inf
+
+
+def test_one_attacker_leaning_on_one_honest_client_does_not_widen_the_spread():
+    """What cut_blend does: each attacker close to a different honest client. That moves a few across pairs a
+    lot, which would widen a standard deviation; the median spread hardly moves, so the cut keeps its effect."""
+    rng = np.random.default_rng(6)
+    shared, poison = rng.standard_normal(400), rng.standard_normal(400)
+    honest = [0.7 * shared + rng.standard_normal(400) for _ in range(6)]
+    attackers = [0.6 * poison + 0.4 * honest[k] + 0.2 * rng.standard_normal(400) for k in range(4)]
+    cosines = _cosines(honest + attackers)
+    first = np.arange(10) >= 6
+    plain = _cosines(honest + [0.6 * poison + 0.2 * rng.standard_normal(400) for _ in range(4)])
+    assert cut_effect(cosines, first)[1] < 2 * cut_effect(plain, first)[1]  # a standard deviation: 3.4 times
+    assert round_parts(cosines, separation=0.5).apart
 
 
 @settings(max_examples=30, deadline=None)
