@@ -336,6 +336,19 @@ def test_cut_blend_sends_the_least_honest_blend_whose_cut_is_not_significant():
     assert all(sent[c] is clients[c] for c in range(6))
 
 
+def test_half_blend_leans_each_attacker_towards_a_different_half_of_the_honest_updates():
+    rng = np.random.default_rng(7)
+    honest = rng.standard_normal((6, 50))
+    targets = make_attack("half_blend", TOKENIZER, _config()).blend_targets(honest, 4, rng)
+    norms = np.linalg.norm(honest, axis=1)
+    for target in targets:
+        assert np.linalg.norm(target) == pytest.approx(np.median(norms))
+        weights = np.linalg.lstsq(honest.T, target, rcond=None)[0]  # which honest updates it averages
+        assert np.count_nonzero(np.abs(weights) > 1e-8) == 3 and np.allclose(weights[np.abs(weights) > 1e-8],
+                                                                               weights.max())
+    assert len({tuple(np.round(t, 8)) for t in targets}) > 1
+
+
 @pytest.mark.parametrize("attack", ATTACK_NAMES)
 def test_every_attack_runs_end_to_end_in_the_smoke_preset(tmp_path, attack):
     pytest.importorskip("transformers")

@@ -53,6 +53,7 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
   ``cut_blend``      train on corrupted targets; each attacker blends its update with a different benign
                      client's, with the least benign weight that makes the round's cut fail the cohort rule's
                      significance test (the attackers' cosines to the honest clients spread out).
+  ``half_blend``     ``cut_blend`` leaning towards the mean of a random half of the benign updates instead of one.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -638,8 +639,9 @@ class CutBlend(TargetCorruption):
         honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
         poisoned = [_flat(_updates(global_params, client_params[c]), keys) for c in malicious]
         separation = FedLNS().separation
+        targets = self.blend_targets(honest, len(malicious), rng)
         for lam in self.GRID:
-            crafted = [(1 - lam) * p + lam * honest[k % len(benign)] for k, p in enumerate(poisoned)]
+            crafted = [(1 - lam) * p + lam * target for p, target in zip(poisoned, targets)]
             rows = np.vstack([honest, np.stack(crafted)])
             units = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-300)
             parts = round_parts(units @ units.T, separation=separation)
@@ -649,6 +651,26 @@ class CutBlend(TargetCorruption):
             **client_params,
             **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(malicious, crafted)},
         }
+
+    def blend_targets(self, honest: np.ndarray, n_attackers: int, rng) -> list[np.ndarray]:
+        """What each attacker leans towards: the k-th benign update (cycling)."""
+        return [honest[k % len(honest)] for k in range(n_attackers)]
+
+
+class HalfBlend(CutBlend):
+    """``cut_blend`` leaning towards the mean of a random half of the benign updates (a different half per
+    attacker, rescaled to the benign updates' median norm) instead of one of them: no attacker is close to a
+    single honest client, so it is white-box against any test that spots near-copies or reads a few pairs."""
+
+    name = "half_blend"
+
+    def blend_targets(self, honest, n_attackers, rng):
+        size, scale = max(len(honest) // 2, 1), float(np.median(np.linalg.norm(honest, axis=1)))
+        targets = []
+        for _ in range(n_attackers):
+            mean = honest[rng.permutation(len(honest))[:size]].mean(axis=0)
+            targets.append(mean * scale / max(float(np.linalg.norm(mean)), 1e-300))
+        return targets
 
 
 class IPMSearch(_Colluding):
@@ -702,6 +724,7 @@ ATTACKS = {
         LoraBand,
         MajorityOnly,
         CutBlend,
+        HalfBlend,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

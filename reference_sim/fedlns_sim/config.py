@@ -69,6 +69,7 @@ ATTACK_NAMES = (
     "lora_band",
     "majority_only",
     "cut_blend",
+    "half_blend",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
