@@ -18,9 +18,10 @@ which is what the history bank is keyed by anyway:
 
 1. **The round's parts.** The round's update sketches (``fedlns_core._support``) are cut in two by
    average-linkage clustering of their cosines. The parts are *apart* when the larger of their mean cosines
-   within is at least ``MIN_COHERENCE`` and the mean cosine across is below ``separation`` times it, and the cut
-   is wider than the one the tree finds in rounds of exchangeable clients as alike as these (:func:`round_parts`);
-   else the round is one part (a clean round, or attackers the updates cannot tell apart).
+   within is at least ``MIN_COHERENCE`` and the mean cosine across is below ``separation`` times it (and, with
+   ``cohort_cut="significant"``, the cut is wider than the one the tree finds in rounds of exchangeable clients as
+   alike as these, :func:`round_parts`); else the round is one part (a clean round, or attackers the updates
+   cannot tell apart).
 2. **The cohort graph.** Every split round adds +1 between two of its clients in the same part and -1 between
    two in different parts to a signed graph over client ids (the bank's ids); older evidence decays by
    ``cohort_decay`` per round, so a client's standing follows what it sends now.
@@ -77,7 +78,9 @@ class RoundParts:
 NULL_ROUNDS = 99
 
 
-def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None = None) -> RoundParts | None:
+def round_parts(
+    cosines: np.ndarray, *, separation: float, dimension: int | None = None, significant: bool = False
+) -> RoundParts | None:
     """Cut a round's clients in two by their (N, N) update cosines; None for fewer than 3 clients.
 
     Every group of the average-linkage tree of the round (every cluster of every cut) of at least two clients
@@ -90,15 +93,15 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
     the same cut whichever is the core, and updates that agree with nothing (noise) all land outside the core
     that the honest clients form, however many there are.
 
-    The cut counts only if it is *significant*: a round of clients from one population, whose updates agree as
-    weakly as each other (a small masked model's LoRA updates: mean cosine 0.03-0.05, spread 0.05), always has
-    some group that agrees a little more, and the tree finds it. So the cut's gap ``within - across`` is measured
-    in units of the spread of the round's pair cosines around their own group's median (:func:`cut_effect`) and
-    compared with the same measure of the cut the tree makes in ``NULL_ROUNDS`` simulated rounds of N
-    exchangeable clients with the round's mean cosine and that spread (:func:`_null_cosines`). The cut counts
-    when it is wider than every one of them (a permutation-style p-value of at most ``1 / (NULL_ROUNDS + 1)``).
-    The simulation's seed is fixed, so the same cosines always give the same cut. Without a cut that counts the
-    round is one part (``apart=False``; ``first`` is then everyone).
+    With ``significant`` (``FedLNS(cohort_cut="significant")``), the cut counts only if it is also wider than
+    chance: a round of clients from one population whose updates agree weakly (a small masked model's LoRA
+    updates: mean cosine 0.03-0.05, spread 0.05) always has some group that agrees a little more, and the tree
+    finds it. So the cut's gap ``within - across`` is measured in units of the spread of the round's pair cosines
+    around their own group's median (:func:`cut_effect`) and compared with the same measure of the cut the tree
+    makes in ``NULL_ROUNDS`` simulated rounds of N exchangeable clients with the round's mean cosine and that
+    spread (:func:`_null_cosines`). The cut counts when it is wider than every one of them (a p-value of at most
+    ``1 / (NULL_ROUNDS + 1)``). The simulation's seed is fixed, so the same cosines always give the same cut.
+    Without a cut that counts the round is one part (``apart=False``; ``first`` is then everyone).
 
     Examples
     --------
@@ -118,7 +121,7 @@ def round_parts(cosines: np.ndarray, *, separation: float, dimension: int | None
         return one_part
     first, within, across = cut
     effect, spread = cut_effect(cosines, first)
-    if np.isfinite(effect):  # a zero spread (identical updates on each side) needs no simulation
+    if significant and np.isfinite(effect):  # a zero spread (identical updates on each side) needs no simulation
         rng = np.random.default_rng(n)
         mean = float((cosines.sum() - np.trace(cosines)) / (n * (n - 1)))
         for _ in range(NULL_ROUNDS):
@@ -303,6 +306,7 @@ def cohort_rule(
     decay: float,
     undecided: str = "keep",
     dimension: int | None = None,
+    significant: bool = False,
     decide: bool = True,
 ) -> CohortOutcome:
     """Decide a round by its parts and the cohort graph (``decide=False``: only stage the graph, keep everyone).
@@ -322,6 +326,8 @@ def cohort_rule(
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
         ``majority_only``, is otherwise kept there). ``"support"`` is decided by the screener, which hands such a
         round (``CohortOutcome.to_support``) to the support rule; here it keeps everyone.
+    significant : bool, default=False
+        Count only cuts wider than chance (:func:`round_parts`; ``FedLNS(cohort_cut="significant")``).
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -333,7 +339,7 @@ def cohort_rule(
     cosines = units @ units.T
     if dimension is None:
         dimension = max(int(np.median(np.count_nonzero(sketches, axis=1))), 1)
-    parts = round_parts(cosines, separation=separation, dimension=dimension)
+    parts = round_parts(cosines, separation=separation, dimension=dimension, significant=significant)
     cut = parts if parts is not None and parts.apart else None
     graph = graph.updated(ids, None if cut is None else cut.first, decay)
     reasons = [""] * n

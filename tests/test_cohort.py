@@ -55,7 +55,16 @@ def test_a_weakly_agreeing_population_is_cut_only_by_chance():
     shared = rng.standard_normal(400)
     rounds = [_cosines([0.2 * shared + rng.standard_normal(400) for _ in range(10)]) for _ in range(60)]
     assert sum(_best_cut(c, 0.5, None) is not None for c in rounds) >= 30  # what the tree alone would cut
-    assert sum(round_parts(c, separation=0.5).apart for c in rounds) <= 2
+    assert sum(round_parts(c, separation=0.5, significant=True).apart for c in rounds) <= 2
+
+
+def test_the_tree_cut_stays_the_default_and_the_significance_test_is_opt_in():
+    rng = np.random.default_rng(8)
+    shared = rng.standard_normal(400)
+    rounds = [_cosines([0.2 * shared + rng.standard_normal(400) for _ in range(10)]) for _ in range(20)]
+    assert sum(round_parts(c, separation=0.5).apart for c in rounds) >= 10  # FedLNS(): cohort_cut="tree"
+    assert sum(round_parts(c, separation=0.5, significant=True).apart for c in rounds) <= 1
+    assert FedLNS().cohort_cut == "tree" and FedLNS(cohort_cut="significant").cohort_cut == "significant"
 
 
 def test_a_real_split_in_the_same_noise_is_still_cut():
@@ -65,7 +74,7 @@ def test_a_real_split_in_the_same_noise_is_still_cut():
     for _ in range(10):
         rows = [0.2 * shared + rng.standard_normal(400) for _ in range(8)]
         rows += [attack + rng.standard_normal(400) for _ in range(2)]
-        parts = round_parts(_cosines(rows), separation=0.5)
+        parts = round_parts(_cosines(rows), separation=0.5, significant=True)
         truth = np.arange(10) >= 8
         assert parts.apart and (np.array_equal(parts.first, truth) or np.array_equal(parts.first, ~truth))
 
@@ -91,7 +100,7 @@ def test_one_attacker_leaning_on_one_honest_client_does_not_widen_the_spread():
     first = np.arange(10) >= 6
     plain = _cosines(honest + [0.6 * poison + 0.2 * rng.standard_normal(400) for _ in range(4)])
     assert cut_effect(cosines, first)[1] < 2 * cut_effect(plain, first)[1]  # a standard deviation: 3.4 times
-    assert round_parts(cosines, separation=0.5).apart
+    assert round_parts(cosines, separation=0.5, significant=True).apart
 
 
 @settings(max_examples=30, deadline=None)
@@ -305,3 +314,4 @@ def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
     assert results["support"].active and set(results["support"].retained) == set(range(6, 10))
     assert results["support"].rejected == results["keep"].rejected  # the support rule's decision
     assert FedLNS().cohort_undecided == "support"
+    assert FedLNS().cohort_cut == "tree"

@@ -639,12 +639,13 @@ class CutBlend(TargetCorruption):
         honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
         poisoned = [_flat(_updates(global_params, client_params[c]), keys) for c in malicious]
         separation = FedLNS().separation
+        significant = self.config is not None and self.config.cohort_cut == "significant"  # the server's setting
         targets = self.blend_targets(honest, len(malicious), rng)
         for lam in self.GRID:
             crafted = [(1 - lam) * p + lam * target for p, target in zip(poisoned, targets)]
             rows = np.vstack([honest, np.stack(crafted)])
             units = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-300)
-            parts = round_parts(units @ units.T, separation=separation)
+            parts = round_parts(units @ units.T, separation=separation, significant=significant)
             if parts is None or not parts.apart:
                 break
         return {

@@ -181,6 +181,8 @@ class Config:
     # shows them as fedlns_support, the method that runs that rule now)
     cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold
     # (keep for runs archived before the setting: LEGACY)
+    cohort_cut: str = "tree"  # fedlns_default's FedLNS(cohort_cut=...): tree | significant; also what cut_blend and
+    # half_blend attack, so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
 
     @property
@@ -283,6 +285,10 @@ class Config:
             (
                 self.cohort_undecided in ("keep", "hold", "support"),
                 f"cohort_undecided must be keep, hold or support, got {self.cohort_undecided!r}",
+            ),
+            (
+                self.cohort_cut in ("tree", "significant"),
+                f"cohort_cut must be tree or significant, got {self.cohort_cut!r}",
             ),
             (
                 self.default_clip in ("median", "none"),

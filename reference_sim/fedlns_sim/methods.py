@@ -52,6 +52,7 @@ def make_screener(config):
             signature=signature,
             random_state=seed,
             cohort_undecided=config.cohort_undecided,
+            cohort_cut=config.cohort_cut,
             clip=None if config.default_clip == "none" else "median",
             **({"retain_rule": "support"} if support else {}),
         )

@@ -199,6 +199,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
                 undecided=screener.cohort_undecided,
+                significant=screener.cohort_cut == "significant",
                 decide=bool(record.get("active")),
             )
             graph = outcome.graph.restricted(list(bank))
