@@ -302,7 +302,7 @@ def test_lora_attacks_shape_the_adapter_change_against_the_lora_signature():
         make_config("smoke", "gpt", attack="lora_band")
 
 
-def test_cut_blend_sends_the_least_honest_blend_whose_cut_is_not_significant():
+def test_cut_blend_sends_the_least_honest_blend_whose_cut_does_not_count():
     from fedlns_core._cohort import round_parts
 
     rng = np.random.default_rng(5)
@@ -311,29 +311,35 @@ def test_cut_blend_sends_the_least_honest_blend_whose_cut_is_not_significant():
     clients = {c: {"w": (0.3 * shared + rng.standard_normal(dim)).astype(np.float32)} for c in range(6)}
     clients.update({c: {"w": (poison + 0.3 * rng.standard_normal(dim)).astype(np.float32)} for c in range(6, 10)})
     malicious = [6, 7, 8, 9]
-    attack = make_attack("cut_blend", TOKENIZER, _config())
+    benign = [clients[c]["w"].astype(np.float64) for c in range(6)]
 
-    def cut(params):
+    def cut(params, significant):
         rows = np.stack([params[c]["w"].astype(np.float64) for c in range(10)])
         rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-        return round_parts(rows @ rows.T, separation=0.5)
+        return round_parts(rows @ rows.T, separation=0.5, significant=significant)
 
-    assert cut(clients).apart  # the plain poison is cut off
-    sent = attack.craft(global_params, clients, malicious, (), rng)
-    assert not cut(sent).apart
-    benign = [clients[c]["w"].astype(np.float64) for c in range(6)]
-    blends = [  # the weight on the benign update each attacker was given, read back from what it sent
-        float(np.linalg.lstsq(np.stack([clients[c]["w"], benign[k]], axis=1).astype(np.float64),
-                              sent[c]["w"].astype(np.float64), rcond=None)[0][1])
-        for k, c in enumerate(malicious)
-    ]
-    lam = blends[0]
-    assert lam > 0 and np.allclose(blends, lam, atol=1e-4)
+    def blend(sent):  # the weight on the benign update each attacker was given, read back from what it sent
+        return [
+            float(np.linalg.lstsq(np.stack([clients[c]["w"], benign[k]], axis=1).astype(np.float64),
+                                  sent[c]["w"].astype(np.float64), rcond=None)[0][1])
+            for k, c in enumerate(malicious)
+        ]
+
+    # Against the significance test (the server's cohort_cut="significant"): the least weight that hides the cut.
+    assert cut(clients, True).apart  # the plain poison is cut off
+    sent = make_attack("cut_blend", TOKENIZER, _config(cohort_cut="significant")).craft(
+        global_params, clients, malicious, (), rng)
+    assert not cut(sent, True).apart
+    lam = blend(sent)[0]
+    assert lam > 0 and np.allclose(blend(sent), lam, atol=1e-4)
     step = round(lam * 10) / 10 - 0.1  # the grid's value below it did not hide the cut
     earlier = {c: {"w": ((1 - step) * clients[c]["w"] + step * benign[k]).astype(np.float32)}
                for k, c in enumerate(malicious)}
-    assert cut({**clients, **earlier}).apart
+    assert cut({**clients, **earlier}, True).apart
     assert all(sent[c] is clients[c] for c in range(6))
+    # Against the tree alone (the default): nothing below 0.9 hides it here, so it sends 0.9, the most honest.
+    sent = make_attack("cut_blend", TOKENIZER, _config()).craft(global_params, clients, malicious, (), rng)
+    assert cut(sent, False).apart and np.allclose(blend(sent), 0.9, atol=1e-4)
 
 
 def test_half_blend_leans_each_attacker_towards_a_different_half_of_the_honest_updates():
