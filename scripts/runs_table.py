@@ -1,0 +1,61 @@
+"""One line per run: its cell, the rule's settings that vary, perplexity, detection rates, attackers-only rounds.
+
+For results folders whose runs are single cells rather than a matrix (e.g. ``docs/results/cut-test``): prints a
+Markdown table with, per run, family, partition, malicious share, attack, method, ``cohort_cut``, the best and the
+last 10 rounds' mean perplexity, TPR / FPR over the screened rounds and the number of screened rounds that kept
+attackers only.
+
+Usage: python scripts/runs_table.py RUNS [RUNS ...]   (runs folders, archives or results folders holding one)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from fedlns_sim.runfiles import parse_records
+from fedlns_sim.runstore import stored_runs
+
+
+def summary(config: dict, records: list[dict]) -> str:
+    perplexity = [r["perplexity"] for r in records if "perplexity" in r]
+    caught = attackers = rejected = honest = attackers_only = 0
+    for record in records[1:]:
+        if not record.get("active") or "kept" not in record:
+            continue
+        kept, malicious = set(record["kept"]), set(record.get("malicious_sampled", []))
+        for client in record["sampled"]:
+            if client in malicious:
+                attackers += 1
+                caught += client not in kept
+            else:
+                honest += 1
+                rejected += client not in kept
+        attackers_only += bool(kept) and kept <= malicious
+    screens = config["method"].startswith("fedlns")
+    rates = f"{caught / attackers if attackers else 0:.2f} / {rejected / max(honest, 1):.2f}" if screens else "-"
+    return (
+        f"| {config['family']} | {config['partition']} | {100 * config['malicious_fraction']:.0f}% | "
+        f"{config['attack'] if config['malicious_fraction'] else '-'} | {config['method']} | "
+        f"{config.get('cohort_cut', 'tree') if screens else '-'} | {min(perplexity):.1f} / "
+        f"{sum(perplexity[-10:]) / 10:.1f} | {rates} | {attackers_only if screens else '-'} |"
+    )
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(
+        "| family | partition | malicious | attack | method | cohort_cut | best / last 10 | TPR / FPR | "
+        "attackers-only rounds |"
+    )
+    print("|---|---|---:|---|---|---|---:|---:|---:|")
+    for source in argv:
+        for _name, files in stored_runs(source):
+            print(summary(json.loads(files["config.json"])["config"], parse_records(files["rounds.jsonl"])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
