@@ -1,12 +1,12 @@
 """What the cohort rule of this checkout decides on rounds another version of it recorded.
 
 A ``fedlns_default`` run made with ``--set record_signatures=true`` keeps every round's signatures and update
-sketches. Replaying the cohort rule on them (``fedlns_sim.replay``, variant ``cohort``) gives this checkout's
-decisions on the same updates; this prints, per run, the recorded and the replayed detection rates and
-attackers-only rounds. The replay is open-loop: the updates are the recorded run's, whose global model followed
+sketches. Replaying the cohort rule on them (``fedlns_sim.replay``, variant ``cohort``, or ``cohort:significant``
+with ``--cut significant``) gives this checkout's decisions on the same updates; this prints, per run, the
+recorded and the replayed detection rates and attackers-only rounds. The replay is open-loop: the updates are the recorded run's, whose global model followed
 the recorded decisions, so it says what the rule does with those rounds, not what a new run would end at.
 
-Usage: python scripts/cut_replay.py RUN [RUN ...]   (run folders with a signatures/ folder)
+Usage: python scripts/cut_replay.py [--cut tree|significant] RUN [RUN ...]   (run folders with a signatures/ folder)
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ def rates(decisions: list[dict], kept_key: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    variant = "cohort"
+    if argv[:1] == ["--cut"] and len(argv) > 1:
+        variant, argv = f"cohort:{argv[1]}", argv[2:]
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
@@ -45,7 +48,7 @@ def main(argv: list[str]) -> int:
     for run in map(Path, argv):
         if not (run / "signatures").is_dir():
             continue  # a cache folder, or a run recorded without signatures
-        decisions = replay_support(run, "cohort")
+        decisions = replay_support(run, variant)
         print(f"{run.name[:60]:60s} recorded  {rates(decisions, 'recorded_kept')}")
         print(f"{'':60s} replayed  {rates(decisions, 'kept')}")
     return 0

@@ -22,6 +22,7 @@ run's own: a check, it must reproduce the recorded decisions):
 
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
+``cohort:C``       the same with ``cohort_cut=C`` (``tree`` or ``significant``) instead of the run's own
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -46,7 +47,7 @@ from fedlns_core._support import SupportOutcome, _unit, recent_rows, support_rul
 from .runfiles import read_meta, read_records
 
 VARIANTS = ("paper", "max_age:A", "exclude_round", "no_singletons", "guarded:L:S")
-SUPPORT_VARIANTS = ("cohort", "support", "round_first:T")
+SUPPORT_VARIANTS = ("cohort", "cohort:C", "support", "round_first:T")
 
 
 def load_signatures(run_dir: Path) -> dict[int, tuple[list[int], np.ndarray]]:
@@ -199,7 +200,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
                 undecided=screener.cohort_undecided,
-                significant=screener.cohort_cut == "significant",
+                significant=(argument or screener.cohort_cut) == "significant",
                 decide=bool(record.get("active")),
             )
             graph = outcome.graph.restricted(list(bank))
