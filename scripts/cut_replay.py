@@ -15,25 +15,17 @@ import sys
 from pathlib import Path
 
 from fedlns_sim.replay import replay_support
+from fedlns_sim.report.stats import screening_counts
 
 
 def rates(decisions: list[dict], kept_key: str) -> str:
     """TPR, FPR and the number of screened rounds that kept attackers only, from one set of decisions."""
-    rejected_attackers = attackers = rejected_honest = honest = attackers_only = 0
-    for decision in decisions:
-        kept, malicious = set(decision[kept_key] or ()), set(decision["malicious"])
-        for client in decision["clients"]:
-            if client in malicious:
-                attackers += 1
-                rejected_attackers += client not in kept
-            else:
-                honest += 1
-                rejected_honest += client not in kept
-        attackers_only += bool(kept) and kept <= malicious
-    tpr = f"{rejected_attackers / attackers:.2f}" if attackers else "-"
+    c = screening_counts((d["clients"], d[kept_key] or (), d["malicious"]) for d in decisions)
+    tpr = f"{c['tp'] / (c['tp'] + c['fn']):.2f}" if c["tp"] + c["fn"] else "-"
+    honest = c["fp"] + c["tn"]
     return (
-        f"TPR {tpr:>4}  FPR {rejected_honest / max(honest, 1):.3f} ({rejected_honest:3d} of {honest} honest "
-        f"rejected)  attackers-only rounds {attackers_only}"
+        f"TPR {tpr:>4}  FPR {c['fp'] / max(honest, 1):.3f} ({c['fp']:3d} of {honest} honest "
+        f"rejected)  attackers-only rounds {c['attackers_only']}"
     )
 
 

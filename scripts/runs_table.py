@@ -13,32 +13,26 @@ from __future__ import annotations
 import json
 import sys
 
+from fedlns_sim.report.stats import screening_counts
 from fedlns_sim.runfiles import parse_records
 from fedlns_sim.runstore import stored_runs
 
 
 def summary(config: dict, records: list[dict]) -> str:
     perplexity = [r["perplexity"] for r in records if "perplexity" in r]
-    caught = attackers = rejected = honest = attackers_only = 0
-    for record in records[1:]:
-        if not record.get("active") or "kept" not in record:
-            continue
-        kept, malicious = set(record["kept"]), set(record.get("malicious_sampled", []))
-        for client in record["sampled"]:
-            if client in malicious:
-                attackers += 1
-                caught += client not in kept
-            else:
-                honest += 1
-                rejected += client not in kept
-        attackers_only += bool(kept) and kept <= malicious
+    c = screening_counts(
+        (r["sampled"], r["kept"], r.get("malicious_sampled", []))
+        for r in records[1:]
+        if r.get("active") and "kept" in r
+    )
     screens = config["method"].startswith("fedlns")
-    rates = f"{caught / attackers if attackers else 0:.2f} / {rejected / max(honest, 1):.2f}" if screens else "-"
+    tpr, fpr = c["tp"] / max(c["tp"] + c["fn"], 1), c["fp"] / max(c["fp"] + c["tn"], 1)
+    rates = f"{tpr:.2f} / {fpr:.2f}" if screens else "-"
     return (
         f"| {config['family']} | {config['partition']} | {100 * config['malicious_fraction']:.0f}% | "
         f"{config['attack'] if config['malicious_fraction'] else '-'} | {config['method']} | "
         f"{config.get('cohort_cut', 'tree') if screens else '-'} | {min(perplexity):.1f} / "
-        f"{sum(perplexity[-10:]) / 10:.1f} | {rates} | {attackers_only if screens else '-'} |"
+        f"{sum(perplexity[-10:]) / 10:.1f} | {rates} | {c['attackers_only'] if screens else '-'} |"
     )
 
 

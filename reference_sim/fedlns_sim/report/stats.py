@@ -89,6 +89,24 @@ def detection_rates(tp: int, fp: int, fn: int, tn: int) -> dict:
     return {"tpr": ratio(tp, tp + fn), "fpr": ratio(fp, fp + tn), "precision": ratio(tp, tp + fp)}
 
 
+def screening_counts(rounds) -> dict:
+    """Confusion counts and attackers-only rounds over screened rounds, each ``(clients, kept, malicious)``.
+
+    Examples
+    --------
+    >>> screening_counts([([1, 2, 3], [1, 2], [3]), ([4, 5], [5], [5])])
+    {'tp': 1, 'fp': 1, 'fn': 1, 'tn': 2, 'attackers_only': 1}
+    """
+    counts = dict.fromkeys(("tp", "fp", "fn", "tn", "attackers_only"), 0)
+    for clients, kept_ids, malicious_ids in rounds:
+        kept, malicious = set(kept_ids), set(malicious_ids)
+        for client in clients:
+            outcome = ("fn" if client in kept else "tp") if client in malicious else ("tn" if client in kept else "fp")
+            counts[outcome] += 1
+        counts["attackers_only"] += bool(kept) and kept <= malicious
+    return counts
+
+
 def best_checkpoint(records: list[dict]) -> dict:
     """The round with the lowest evaluation loss (ties: the earliest), the paper's per-seed reporting rule."""
     trained = [r for r in records if r["round"] >= 1]
