@@ -63,8 +63,8 @@ _DENSE_EIGEN_LIMIT = 400
 @dataclass(frozen=True)
 class RoundParts:
     """A round's cut in two: ``first`` (N,) bool marks the coherent part; ``within`` its mean cosine within,
-    ``across`` the mean cosine between the parts; ``effect`` their gap in spreads (:func:`cut_effect`);
-    ``apart`` whether the cut counts."""
+    ``across`` the mean cosine between the parts; ``effect`` their gap in spreads (:func:`cut_effect`, computed
+    only by the significance test); ``apart`` whether the cut counts."""
 
     first: np.ndarray
     within: float
@@ -88,9 +88,9 @@ def round_parts(
     to the rest is below ``separation`` times that. Coherent: at least ``MIN_COHERENCE``, and at least four
     standard errors above chance, where two unrelated updates of ``dimension`` independent numbers have cosines
     of about ``1 / sqrt(dimension)``: a core of m clients averages
-    m (m - 1) / 2 of them, so it needs ``4 / sqrt(dimension * m (m - 1) / 2)``. Of the cores apart from the
-    rest, the one with the most coherence (size times mean cosine within) cuts the round: two opposed groups give
-    the same cut whichever is the core, and updates that agree with nothing (noise) all land outside the core
+    m (m - 1) / 2 of them, so it needs ``4 / sqrt(dimension * m (m - 1) / 2)``. Without this, two noise updates
+    of a small model that happen to agree would be a core. Of the cores apart from the rest, the one with the
+    most coherence (size times mean cosine within) cuts the round: two opposed groups give the same cut whichever is the core, and updates that agree with nothing (noise) all land outside the core
     that the honest clients form, however many there are.
 
     With ``significant`` (``FedLNS(cohort_cut="significant")``), the cut counts only if it is also wider than
@@ -120,8 +120,10 @@ def round_parts(
     if cut is None:
         return one_part
     first, within, across = cut
+    if not significant:
+        return RoundParts(first, within, across, True)
     effect, spread = cut_effect(cosines, first)
-    if significant and np.isfinite(effect):  # a zero spread (identical updates on each side) needs no simulation
+    if np.isfinite(effect):  # a zero spread (identical updates on each side) needs no simulation
         rng = np.random.default_rng(n)
         mean = float((cosines.sum() - np.trace(cosines)) / (n * (n - 1)))
         for _ in range(NULL_ROUNDS):
@@ -169,9 +171,10 @@ def cut_effect(cosines: np.ndarray, first: np.ndarray) -> tuple[float, float]:
     """A cut's gap in spreads, and the spread: ``(within - across) / s``, where ``within`` and ``across`` are the
     median pair cosines within ``first`` and between it and the rest, and ``s`` the robust spread (1.4826 times
     the median absolute deviation) of the pair cosines around their own group's median (pairs within ``first``,
-    within the rest, across; a group of one pair has no spread and is left out). Medians, because the attackers choose their own pairs: an attacker that leans
-    towards one honest client makes one across pair large, which would widen a standard deviation (``cut_blend``
-    in the simulator's attacks) but moves a median of many pairs little. Infinite when the spread is zero.
+    within the rest, across; a group of one pair has no spread and is left out). Medians, because the attackers
+    choose their own pairs: an attacker that leans towards one honest client makes one across pair large, which
+    would widen a standard deviation (``cut_blend`` in the simulator's attacks) but moves a median of many pairs
+    little. Infinite when the spread is zero.
 
     >>> c = np.array([[1.0, 0.9, 0.0, 0.1], [0.9, 1.0, 0.1, 0.2], [0.0, 0.1, 1.0, 0.5], [0.1, 0.2, 0.5, 1.0]])
     >>> [round(float(x), 3) for x in cut_effect(c, np.array([True, True, False, False]))]

@@ -619,11 +619,12 @@ class MajorityOnly(TargetCorruption):
 class CutBlend(TargetCorruption):
     """Corrupted training; then attacker k sends ``(1 - lam) p_k + lam b_j``, its poisoned update blended with
     the update of a different benign client j of the round, with the smallest ``lam`` of ``GRID`` at which the
-    cohort rule's cut of the round (``fedlns_core._cohort.round_parts`` with ``FedLNS()``'s separation, on the
-    updates' exact cosines) is not significant. White-box against the cut's significance test: each attacker
-    leaning towards another honest client spreads the attackers' cosines to the honest ones, which widens the
-    spread the cut's gap is measured in, while the shared poison keeps most of its weight. Where no ``lam``
-    below 1 hides the cut, the attackers send the largest one (the most honest-looking poison)."""
+    cohort rule's cut of the round (``fedlns_core._cohort.round_parts`` with ``FedLNS()``'s separation and the
+    server's ``cohort_cut``, on the updates' exact cosines) no longer counts. White-box against the cut's
+    significance test: each attacker leaning towards another honest client spreads the attackers' cosines to the
+    honest ones, which widens the spread the cut's gap is measured in, while the shared poison keeps most of its
+    weight. Where no ``lam`` below 1 hides the cut, the attackers send the largest one (the most honest-looking
+    poison)."""
 
     name = "cut_blend"
     GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
