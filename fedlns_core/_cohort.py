@@ -63,14 +63,12 @@ _DENSE_EIGEN_LIMIT = 400
 @dataclass(frozen=True)
 class RoundParts:
     """A round's cut in two: ``first`` (N,) bool marks the coherent part; ``within`` its mean cosine within,
-    ``across`` the mean cosine between the parts; ``effect`` their gap in spreads (:func:`cut_effect`, computed
-    only by the significance test); ``apart`` whether the cut counts."""
+    ``across`` the mean cosine between the parts; ``apart`` whether the cut counts."""
 
     first: np.ndarray
     within: float
     across: float
     apart: bool
-    effect: float = float("nan")
 
 
 #: A cut counts only when it is wider than the cut in every one of this many simulated rounds of exchangeable
@@ -130,8 +128,8 @@ def round_parts(
             null = _null_cosines(rng, n, mean, spread)
             null_cut = _best_cut(null, separation, dimension)
             if null_cut is not None and cut_effect(null, null_cut[0])[0] >= effect:
-                return RoundParts(one_part.first, float("nan"), float("nan"), False, effect)
-    return RoundParts(first, within, across, True, effect)
+                return one_part
+    return RoundParts(first, within, across, True)
 
 
 def _best_cut(cosines: np.ndarray, separation: float, dimension: int | None) -> tuple[np.ndarray, float, float] | None:

@@ -340,9 +340,9 @@ class FedLNS:
         this many benign widths keeps everyone (for ``"guarded"``, splits into groups of two or more).
     separation : float in (0, 1), default=0.5
         ``"cohort"``: a group of the round's clients is apart from the rest when their mean cosine is below
-        this share of the group's own (and the cut is wider than chance, ``docs/concepts.md``); ``"support"``: a
-        group of recent bank entries is separated from the majority group when their mean cosine is below this
-        share of the majority's own.
+        this share of the group's own (and, with ``cohort_cut="significant"``, the cut is wider than chance);
+        ``"support"``: a group of recent bank entries is separated from the majority group when their mean cosine
+        is below this share of the majority's own.
     max_groups : int >= 2, default=4
         ``"support"`` only: the most groups the recent bank entries are cut into.
     loud_separation : float > 0, default=6.0

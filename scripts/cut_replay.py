@@ -11,20 +11,22 @@ Usage: python scripts/cut_replay.py [--cut tree|significant] RUN [RUN ...]   (ru
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 from fedlns_sim.replay import replay_support
-from fedlns_sim.report.stats import screening_counts
+from fedlns_sim.report.stats import detection_rates, screening_counts
 
 
 def rates(decisions: list[dict], kept_key: str) -> str:
     """TPR, FPR and the number of screened rounds that kept attackers only, from one set of decisions."""
     c = screening_counts((d["clients"], d[kept_key] or (), d["malicious"]) for d in decisions)
-    tpr = f"{c['tp'] / (c['tp'] + c['fn']):.2f}" if c["tp"] + c["fn"] else "-"
+    rates = detection_rates(c["tp"], c["fp"], c["fn"], c["tn"])
+    tpr = "-" if math.isnan(rates["tpr"]) else f"{rates['tpr']:.2f}"
     honest = c["fp"] + c["tn"]
     return (
-        f"TPR {tpr:>4}  FPR {c['fp'] / max(honest, 1):.3f} ({c['fp']:3d} of {honest} honest "
+        f"TPR {tpr:>4}  FPR {rates['fpr']:.3f} ({c['fp']:3d} of {honest} honest "
         f"rejected)  attackers-only rounds {c['attackers_only']}"
     )
 

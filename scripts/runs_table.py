@@ -11,9 +11,10 @@ Usage: python scripts/runs_table.py RUNS [RUNS ...]   (runs folders, archives or
 from __future__ import annotations
 
 import json
+import math
 import sys
 
-from fedlns_sim.report.stats import screening_counts
+from fedlns_sim.report.stats import detection_rates, screening_counts
 from fedlns_sim.runfiles import parse_records
 from fedlns_sim.runstore import stored_runs
 
@@ -26,8 +27,9 @@ def summary(config: dict, records: list[dict]) -> str:
         if r.get("active") and "kept" in r
     )
     screens = config["method"].startswith("fedlns")
-    tpr, fpr = c["tp"] / max(c["tp"] + c["fn"], 1), c["fp"] / max(c["fp"] + c["tn"], 1)
-    rates = f"{tpr:.2f} / {fpr:.2f}" if screens else "-"
+    detection = detection_rates(c["tp"], c["fp"], c["fn"], c["tn"])
+    tpr = "-" if math.isnan(detection["tpr"]) else f"{detection['tpr']:.2f}"  # no attackers: nothing to catch
+    rates = f"{tpr} / {detection['fpr']:.2f}" if screens else "-"
     return (
         f"| {config['family']} | {config['partition']} | {100 * config['malicious_fraction']:.0f}% | "
         f"{config['attack'] if config['malicious_fraction'] else '-'} | {config['method']} | "

@@ -632,6 +632,7 @@ class CutBlend(TargetCorruption):
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
         from fedlns_core import FedLNS
         from fedlns_core._cohort import round_parts
+        from fedlns_core._support import _unit
 
         benign = [c for c in client_params if c not in malicious]
         if not malicious or not benign:
@@ -644,8 +645,7 @@ class CutBlend(TargetCorruption):
         targets = self.blend_targets(honest, len(malicious), rng)
         for lam in self.GRID:
             crafted = [(1 - lam) * p + lam * target for p, target in zip(poisoned, targets)]
-            rows = np.vstack([honest, np.stack(crafted)])
-            units = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-300)
+            units = _unit(np.vstack([honest, np.stack(crafted)]))
             parts = round_parts(units @ units.T, separation=separation, significant=significant)
             if parts is None or not parts.apart:
                 break
