@@ -2,9 +2,9 @@
 
 Reads the runs of ``scripts/results_lora_matrix.sh`` (runs folders, or results folders holding their archive) and
 prints, per family, partition, fraction and attack, the mean over the seeds given of every method's best-checkpoint
-and last-10 perplexity, ``FedLNS()``'s TPR / FPR (summed over the seeds' decided rounds) and recovery
-``(FedAvg - FedLNS) / (FedAvg - oracle)`` (of the seed means), with clean FedAvg and the oracle beside them; a cell
-is shown when FedAvg and ``FedLNS()`` have every seed in it. Then the plan's targets, each met or missed with its
+and last-10 perplexity (with the seeds' standard deviation), ``FedLNS()``'s TPR / FPR (summed over the seeds'
+decided rounds) and recovery ``(FedAvg - FedLNS) / (FedAvg - oracle)`` (of the seed means), with clean FedAvg and
+the oracle beside them; a cell is shown when FedAvg and ``FedLNS()`` have every seed in it. Then the plan's targets, each met or missed with its
 numbers, over the cells present:
 
 * at 40%, under the scenario's attack (``target_corruption``), on each family and partition: recovery >= 0.9 at the
@@ -87,6 +87,17 @@ def mean(runs: dict, key: str) -> float:
     return float(np.mean([run[key] for run in runs.values()]))
 
 
+def summary(runs: dict | None, complete: bool) -> str:
+    """"best / last 10" of the seeds' means, each with the seeds' standard deviation when there are several."""
+    if not complete or runs is None:
+        return "-"
+    parts = []
+    for key in ("perplexity", "last10_perplexity"):
+        values = [run[key] for run in runs.values()]
+        parts.append(f"{np.mean(values):.1f}" + (f" ±{np.std(values, ddof=1):.1f}" if len(values) > 1 else ""))
+    return " / ".join(parts)
+
+
 def rates(runs: dict) -> tuple[float, float]:
     """TPR and FPR of the seeds' decided rounds together."""
     totals = detection_rates(**{k: sum(run[k] for run in runs.values()) for k in ("tp", "fp", "fn", "tn")})
@@ -107,8 +118,8 @@ def main(argv: list[str]) -> int:
     settings = sorted({key[:3] for key in cells if key[2] > 0})
     print(f"# The LoRA matrix{': ' + args.payload if args.payload else ''} (seeds {args.seeds})\n")
     print(
-        "Best checkpoint / last 10 rounds' perplexity, mean over the seeds; FedLNS() with TPR / FPR and recovery "
-        "(best / last 10).\n"
+        "Best checkpoint / last 10 rounds' perplexity, mean over the seeds (± their standard deviation where there "
+        "are several); FedLNS() with TPR / FPR and recovery (best / last 10).\n"
     )
     methods = [m for m in BASELINES[1:] if any(key[4] == m for key in cells)]
     print(
@@ -127,9 +138,7 @@ def main(argv: list[str]) -> int:
             if not (complete(ours) and complete(fedavg)):
                 continue
             oracle = cells.get((family, partition, fraction, attack, "oracle"))
-            text = lambda runs: (  # noqa: E731
-                f"{mean(runs, 'perplexity'):.1f} / {mean(runs, 'last10_perplexity'):.1f}" if complete(runs) else "-"
-            )
+            text = lambda runs: summary(runs, complete(runs))  # noqa: E731
             tpr, fpr = rates(ours)
             recovery = []
             for key in ("perplexity", "last10_perplexity"):
