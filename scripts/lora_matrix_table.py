@@ -4,8 +4,8 @@ Reads the runs of ``scripts/results_lora_matrix.sh`` (runs folders, or results f
 prints, per family, partition, fraction and attack, the mean over the seeds given of every method's best-checkpoint
 and last-10 perplexity (with the seeds' standard deviation), ``FedLNS()``'s TPR / FPR (summed over the seeds'
 decided rounds) and recovery ``(FedAvg - FedLNS) / (FedAvg - oracle)`` (of the seed means), with clean FedAvg and
-the oracle beside them; a cell is shown when FedAvg and ``FedLNS()`` have every seed in it. Then the plan's targets, each met or missed with its
-numbers, over the cells present:
+the oracle beside them; a cell is shown when FedAvg and ``FedLNS()`` have every seed in it. Then the plan's targets,
+each met or missed with its numbers, over the cells present:
 
 * at 40%, under the scenario's attack (``target_corruption``), on each family and partition: recovery >= 0.9 at the
   best checkpoint and over the last 10 rounds, TPR >= 0.95, FPR <= 0.05;
