@@ -101,3 +101,19 @@ def test_default_clip_switches_fedlns_defaults_clipping_and_names_only_its_runs(
     assert config_from_dict(archived).run_name() == Config(method="fedlns_default").run_name()  # added at its default
     with pytest.raises(ValueError, match="default_clip"):
         Config(method="fedlns_default", default_clip="mean").validate()
+
+
+def test_default_warmup_sets_fedlns_defaults_warmup_and_names_only_its_runs():
+    from fedlns_sim.methods import make_screener
+
+    assert make_screener(Config(method="fedlns_default")).warmup == "aggregate"
+    for warmup in ("hold", "screen"):
+        config = Config(method="fedlns_default", default_warmup=warmup)
+        assert make_screener(config).warmup == warmup
+        assert config.run_name() != Config(method="fedlns_default").run_name()
+    archived = {k: v for k, v in Config(method="fedlns_default").to_dict().items() if k != "default_warmup"}
+    assert config_from_dict(archived).run_name() == Config(method="fedlns_default").run_name()  # added at its default
+    with pytest.raises(ValueError, match="default_warmup must be"):
+        Config(method="fedlns_default", default_warmup="skip").validate()
+    with pytest.raises(ValueError, match="fedlns_default only"):  # not in other methods' names: refused there
+        Config(method="fedavg", default_warmup="hold").validate()

@@ -93,7 +93,9 @@ def experiment_fields(config_dict: dict) -> dict:
     """The config without the machine keys (and ``default_rule`` outside ``fedlns_default``, the one method it
     applies to): what must match for two folders to hold the same run."""
     unused = (
-        () if config_dict.get("method") == "fedlns_default" else ("default_rule", "cohort_undecided", "default_clip")
+        ()
+        if config_dict.get("method") == "fedlns_default"
+        else ("default_rule", "cohort_undecided", "default_clip", "default_warmup")
     )
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
@@ -184,6 +186,7 @@ class Config:
     cohort_cut: str = "tree"  # fedlns_default's FedLNS(cohort_cut=...): tree | significant; also what cut_blend and
     # half_blend attack, so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
+    default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
 
     @property
     def clients_per_round(self) -> int:
@@ -293,6 +296,14 @@ class Config:
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",
+            ),
+            (
+                self.default_warmup in ("aggregate", "hold", "screen"),
+                f"default_warmup must be aggregate, hold or screen, got {self.default_warmup!r}",
+            ),
+            (  # they are left out of other methods' run names, so they may not change those runs
+                self.method == "fedlns_default" or (self.default_clip, self.default_warmup) == ("median", "aggregate"),
+                "default_clip and default_warmup apply to method fedlns_default only",
             ),
             (
                 not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
