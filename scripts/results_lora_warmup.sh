@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The runs behind docs/results/lora-matrix/warmup: FedLNS() in the LoRA scenario (seed 100, adapters only) with
+# warmup="hold" and warmup="screen", against the matrix's own warmup="aggregate" runs. Resumable: finished runs
+# are skipped.
+#
+# Usage: bash scripts/results_lora_warmup.sh [RUNS_DIR]   (default runs/lora-warmup)
+# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2).
+set -euo pipefail
+runs="${1:-runs/lora-warmup}"
+sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
+common=(--preset lora --jobs "${JOBS:-2}" --no-progress --no-references --methods fedlns_default --seeds 100
+  --set peft_norms=false --set signature=auto)
+
+for warmup in hold screen; do
+  out=(--set default_warmup="$warmup" --out "$runs/$warmup")
+  "$sim" sweep "${common[@]}" "${out[@]}" --families gpt,llama --partitions iid,noniid --fractions 0.4 \
+      --set learning_rate=1e-2
+  "$sim" sweep "${common[@]}" "${out[@]}" --families gpt --partitions noniid --fractions 0 --set learning_rate=1e-2
+  "$sim" sweep "${common[@]}" "${out[@]}" --families bert --partitions iid --fractions 0.4 --set learning_rate=5e-3
+done
+"$sim" sweep "${common[@]}" --set default_warmup=screen --out "$runs/screen" --families gpt --partitions iid \
+    --fractions 0.4 --attacks backdoor,ipm,alie,lora_quiet,lora_band,majority_only --set learning_rate=1e-2
