@@ -20,3 +20,8 @@ for warmup in hold screen; do
 done
 "$sim" sweep "${common[@]}" --set default_warmup=screen --out "$runs/screen" --families gpt --partitions iid \
     --fractions 0.4 --attacks backdoor,ipm,alie,lora_quiet,lora_band,majority_only --set learning_rate=1e-2
+# FedAvg and FedLNS() as it is (warmup="aggregate") under majority_only, which the matrix does not run: added after
+# the plan's runs, as references for its one cell.
+"$sim" sweep --preset lora --jobs "${JOBS:-2}" --no-progress --no-references --methods fedavg,fedlns_default \
+    --seeds 100 --set peft_norms=false --set signature=auto --families gpt --partitions iid --fractions 0.4 \
+    --attacks majority_only --set learning_rate=1e-2 --out "$runs/aggregate"
