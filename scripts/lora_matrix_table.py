@@ -48,14 +48,14 @@ ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_b
 SCENARIO = "target_corruption"
 
 
-def attackers_only_rounds(sources: list[str]) -> dict[str, list[int]]:
-    """Run name -> the rounds after activation that kept attackers only, for every ``FedLNS()`` run."""
+def attackers_only_rounds(sources: list[str], seeds: tuple[int, ...]) -> dict[str, list[int]]:
+    """Run name -> the rounds after activation that kept attackers only, for every ``FedLNS()`` run of ``seeds``."""
     locked = {}
     for name, files in (run for source in sources for run in stored_runs(source)):
         config = json.loads(files["config.json"])["config"]
         records = parse_records(files["rounds.jsonl"])
-        if config["method"] != OURS or records[-1]["round"] < config["rounds"]:
-            continue  # another method, or a run still in progress
+        if config["method"] != OURS or config["seed"] not in seeds or records[-1]["round"] < config["rounds"]:
+            continue  # another method or seed, or a run still in progress
         rounds = []
         for record in records[1:]:
             if not record.get("decided") or not record.get("active", True):
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     cells = gather(args.runs, seeds)
-    locked = attackers_only_rounds(args.runs)
+    locked = attackers_only_rounds(args.runs, seeds)
     complete = lambda cell: cell is not None and set(cell) == set(seeds)  # noqa: E731
 
     settings = sorted({key[:3] for key in cells if key[2] > 0})

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # docs/results/lora-matrix from the runs of scripts/results_lora_matrix.sh: per payload folder (frozen/: adapters
 # only; norms/: adapters and norms) the archive, the report's tables and plots, and matrix.md, the plan's table and
-# target checks (scripts/lora_matrix_table.py). Folders without runs are skipped.
+# target checks over the seeds (scripts/lora_matrix_table.py), with matrix-seedN.md the same for each seed alone (a
+# cell shows where every seed asked for has run). Folders without runs are skipped.
 #
 # Usage: bash scripts/results_lora_matrix_report.sh RUNS_DIR [DEST] [SEEDS]
 #   (default DEST: docs/results/lora-matrix; SEEDS: the seeds the tables average over, default 100,200,300)
@@ -25,4 +26,8 @@ for payload in frozen norms; do
   "$sim" report "$dest/$payload" --out "$dest/$payload" --allow-mixed-code
   "$python" scripts/lora_matrix_table.py "$dest/$payload" --seeds "$seeds" --payload "${label[$payload]}" \
       > "$dest/$payload/matrix.md"
+  for seed in ${seeds//,/ }; do
+    "$python" scripts/lora_matrix_table.py "$dest/$payload" --seeds "$seed" --payload "${label[$payload]}" \
+        > "$dest/$payload/matrix-seed$seed.md"
+  done
 done
