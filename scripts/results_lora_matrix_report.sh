@@ -14,7 +14,10 @@ seeds="${3:-100,200,300}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
 python="${PYTHON:-.venv/bin/python}"
 declare -A label=([frozen]="adapters only, norms frozen" [norms]="adapters and norms")
-declare -A cell=([frozen]=gpt-iid-mal40-fedlns_default-act50-seed100-f6a9fb89 [norms]="")
+# The cells verify.txt names: FedLNS() at seed 100 (the first code) and 300 (the second), and FLAME.
+frozen_cells=gpt-iid-mal40-fedlns_default-act50-seed100-f6a9fb89,llama-iid-mal40-fedlns_default-act50-seed300-735fd973
+frozen_cells+=,gpt-iid-mal40-flame-act50-seed100-f300d8d5
+declare -A cell=([frozen]="$frozen_cells" [norms]="")
 
 for payload in frozen norms; do
   [ -d "$runs/$payload" ] || continue
