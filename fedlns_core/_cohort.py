@@ -85,11 +85,11 @@ def round_parts(
     is a candidate *core*; it is apart from the rest when its mean cosine within is coherent and its mean cosine
     to the rest is below ``separation`` times that. Coherent: at least ``MIN_COHERENCE``, and at least four
     standard errors above chance, where two unrelated updates of ``dimension`` independent numbers have cosines
-    of about ``1 / sqrt(dimension)``: a core of m clients averages
-    m (m - 1) / 2 of them, so it needs ``4 / sqrt(dimension * m (m - 1) / 2)``. Without this, two noise updates
-    of a small model that happen to agree would be a core. Of the cores apart from the rest, the one with the
-    most coherence (size times mean cosine within) cuts the round: two opposed groups give the same cut whichever is the core, and updates that agree with nothing (noise) all land outside the core
-    that the honest clients form, however many there are.
+    of about ``1 / sqrt(dimension)``: a core of m clients averages m (m - 1) / 2 of them, so it needs
+    ``4 / sqrt(dimension * m (m - 1) / 2)``. Without this, two noise updates of a small model that happen to
+    agree would be a core. Of the cores apart from the rest, the one with the most coherence (size times mean
+    cosine within) cuts the round: two opposed groups give the same cut whichever is the core, and updates that
+    agree with nothing (noise) all land outside the core that the honest clients form, however many there are.
 
     With ``significant`` (``FedLNS(cohort_cut="significant")``), the cut counts only if it is also wider than
     chance: a round of clients from one population whose updates agree weakly (a small masked model's LoRA

@@ -87,10 +87,8 @@ def mean(runs: dict, key: str) -> float:
     return float(np.mean([run[key] for run in runs.values()]))
 
 
-def summary(runs: dict | None, complete: bool) -> str:
+def summary(runs: dict) -> str:
     """"best / last 10" of the seeds' means, each with the seeds' standard deviation when there are several."""
-    if not complete or runs is None:
-        return "-"
     parts = []
     for key in ("perplexity", "last10_perplexity"):
         values = [run[key] for run in runs.values()]
@@ -138,7 +136,7 @@ def main(argv: list[str]) -> int:
             if not (complete(ours) and complete(fedavg)):
                 continue
             oracle = cells.get((family, partition, fraction, attack, "oracle"))
-            text = lambda runs: summary(runs, complete(runs))  # noqa: E731
+            text = lambda runs: summary(runs) if complete(runs) else "-"  # noqa: E731
             tpr, fpr = rates(ours)
             recovery = []
             for key in ("perplexity", "last10_perplexity"):

@@ -8,8 +8,9 @@
 set -euo pipefail
 runs="${1:-runs/lora-warmup}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-common=(--preset lora --jobs "${JOBS:-2}" --no-progress --no-references --methods fedlns_default --seeds 100
-  --set peft_norms=false --set signature=auto)
+base=(--preset lora --jobs "${JOBS:-2}" --no-progress --no-references --seeds 100 --set peft_norms=false
+  --set signature=auto)
+common=("${base[@]}" --methods fedlns_default)
 
 for warmup in hold screen; do
   out=(--set default_warmup="$warmup" --out "$runs/$warmup")
@@ -22,6 +23,5 @@ done
     --fractions 0.4 --attacks backdoor,ipm,alie,lora_quiet,lora_band,majority_only --set learning_rate=1e-2
 # FedAvg and FedLNS() as it is (warmup="aggregate") under majority_only, which the matrix does not run: added after
 # the plan's runs, as references for its one cell.
-"$sim" sweep --preset lora --jobs "${JOBS:-2}" --no-progress --no-references --methods fedavg,fedlns_default \
-    --seeds 100 --set peft_norms=false --set signature=auto --families gpt --partitions iid --fractions 0.4 \
+"$sim" sweep "${base[@]}" --methods fedavg,fedlns_default --families gpt --partitions iid --fractions 0.4 \
     --attacks majority_only --set learning_rate=1e-2 --out "$runs/aggregate"

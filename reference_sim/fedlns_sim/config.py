@@ -84,6 +84,11 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 MIXTURE_SOLVERS = ("fast", "sklearn")
 
 
+#: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
+DEFAULT_METHOD_KEYS = ("default_rule", "cohort_undecided", "default_clip", "default_warmup")
+#: Of those, the ones a run of another method may not change (the other two keep their archived values: LEGACY).
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup")
+
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
 LEGACY = {"default_rule": "support", "cohort_undecided": "keep"}
@@ -92,11 +97,7 @@ LEGACY = {"default_rule": "support", "cohort_undecided": "keep"}
 def experiment_fields(config_dict: dict) -> dict:
     """The config without the machine keys (and ``default_rule`` outside ``fedlns_default``, the one method it
     applies to): what must match for two folders to hold the same run."""
-    unused = (
-        ()
-        if config_dict.get("method") == "fedlns_default"
-        else ("default_rule", "cohort_undecided", "default_clip", "default_warmup")
-    )
+    unused = () if config_dict.get("method") == "fedlns_default" else DEFAULT_METHOD_KEYS
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
@@ -301,9 +302,10 @@ class Config:
                 self.default_warmup in ("aggregate", "hold", "screen"),
                 f"default_warmup must be aggregate, hold or screen, got {self.default_warmup!r}",
             ),
-            (  # they are left out of other methods' run names, so they may not change those runs
-                self.method == "fedlns_default" or (self.default_clip, self.default_warmup) == ("median", "aggregate"),
-                "default_clip and default_warmup apply to method fedlns_default only",
+            (
+                self.method == "fedlns_default"
+                or all(getattr(self, key) == getattr(Config, key) for key in DEFAULT_METHOD_ONLY),
+                f"{' and '.join(DEFAULT_METHOD_ONLY)} apply to method fedlns_default only",
             ),
             (
                 not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
