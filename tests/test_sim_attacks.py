@@ -241,6 +241,15 @@ def test_majority_only_poisons_only_the_rounds_its_attackers_hold():
             assert sent[c]["w"][0] == expected["w"][0], (held, malicious, c)
 
 
+def test_sleeper_sends_clean_models_through_the_first_half_of_the_run_then_poisoned_ones():
+    attack = make_attack("sleeper", TOKENIZER, _config(rounds=40))
+    assert attack.trainings == ("clean", "poisoned") and attack.wake == 21
+    trained = {"clean": ({"w": np.zeros(2)}, 5, 0.1), "poisoned": ({"w": np.ones(2)}, 5, 0.2)}
+    for t, poisoned in ((1, False), (20, False), (21, True), (40, True), (3, False)):  # told, not counted: resumes
+        attack.begin_round(t)
+        assert attack.local_result(trained, {"w": np.zeros(2)}, NORMS)[0]["w"][0] == float(poisoned), t
+
+
 @pytest.mark.parametrize("mlm", [False, True])
 def test_backdoor_writes_trigger_and_target_into_the_chosen_share_of_blocks(mlm):
     codes = {"cf": [30, 31], "attack": [32, 33, 34]}

@@ -50,6 +50,9 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      the attackers are at least half of the round's clients, the clean one otherwise. The cohort
                      rule places ids only through rounds whose updates split: this attacker splits only where it
                      holds the round, so that the ids it gets placed are its own.
+  ``sleeper``        train twice, on clean and on corrupted targets; send the clean model through the first half
+                     of the run (``rounds // 2`` rounds), the corrupted one after: its ids build an honest history
+                     before they poison.
   ``cut_blend``      train on corrupted targets; each attacker blends its update with a different benign
                      client's, with the least benign weight that makes the round's cut fail the cohort rule's
                      significance test (the attackers' cosines to the honest clients spread out).
@@ -73,7 +76,8 @@ from .data import IGNORE, Tokenizer, valid_target_ids
 class Attack:
     """The interface; the base class is an honest client (nothing poisoned).
 
-    Each round, every malicious client of the round, in this order:
+    Each round the run first tells the attack the round (``begin_round``); then every malicious client of the
+    round, in this order:
 
     1. runs the local trainings declared in ``trainings``, each from the global weights on its own data:
        ``"poisoned"`` with ``apply`` rewriting every batch, ``"clean"`` without;
@@ -106,6 +110,10 @@ class Attack:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One batch of a malicious client -> poisoned (inputs, targets); must not modify its arguments."""
         return inputs, targets
+
+    def begin_round(self, t: int) -> None:
+        """Called once at the start of round t (from 1), before any training: an attack that acts by round keeps
+        it here (the run may resume from a checkpoint, so the round is told, not counted)."""
 
     def local_result(self, trained: dict, global_params: dict, norm_keys) -> tuple[dict, float, float]:
         """What a malicious client keeps from its trainings: ``trained`` maps each of ``trainings`` to its
@@ -616,6 +624,27 @@ class MajorityOnly(TargetCorruption):
         return {**client_params, **dict(zip(malicious, clean))}
 
 
+class Sleeper(TargetCorruption):
+    """Honest through the first half of the run, corrupted targets after: train twice, on clean and on corrupted
+    targets, and send the clean model in rounds up to ``rounds // 2``, the corrupted one from the round after.
+    White-box against a vote that reads the clients' history: by the time it poisons, its ids have sided with the
+    honest clients in every round that split."""
+
+    name = "sleeper"
+    trainings = ("clean", "poisoned")
+
+    def __init__(self, tokenizer, config=None, wake: int | None = None):
+        super().__init__(tokenizer, config)
+        self.wake = wake if wake is not None else (config.rounds // 2 + 1 if config is not None else 1)
+        self.round = 0
+
+    def begin_round(self, t):
+        self.round = t
+
+    def local_result(self, trained, global_params, norm_keys):
+        return trained["poisoned" if self.round >= self.wake else "clean"]
+
+
 class CutBlend(TargetCorruption):
     """Corrupted training; then attacker k sends ``(1 - lam) p_k + lam b_j``, its poisoned update blended with
     the update of a different benign client j of the round, with the smallest ``lam`` of ``GRID`` at which the
@@ -725,6 +754,7 @@ ATTACKS = {
         LoraQuiet,
         LoraBand,
         MajorityOnly,
+        Sleeper,
         CutBlend,
         HalfBlend,
     )

@@ -68,6 +68,7 @@ ATTACK_NAMES = (
     "lora_quiet",
     "lora_band",
     "majority_only",
+    "sleeper",
     "cut_blend",
     "half_blend",
 )

@@ -304,8 +304,10 @@ def _train_round(federation: _Federation, global_params: dict, t: int, sampled: 
 
 def _clients_send(federation: _Federation, server: _Server, t: int, sampled: list) -> tuple[dict, dict, float]:
     """Round t's client side: the models the sampled clients send and their n examples, each keyed by client, and
-    their mean training loss. The clients train (:func:`_train_round`), then the attack crafts what the round's
-    attackers send; a white-box attack searches against the server's step, run on a copy of its state."""
+    their mean training loss. The attack is told the round, the clients train (:func:`_train_round`), then the
+    attack crafts what the round's attackers send; a white-box attack searches against the server's step, run on a
+    copy of its state."""
+    federation.attack.begin_round(t)
     trained = _train_round(federation, server.global_params, t, sampled)
     client_params = {client: params for client, (params, _, _) in trained.items()}
     num_examples = {client: n for client, (_, n, _) in trained.items()}
