@@ -33,7 +33,9 @@ which is what the history bank is keyed by anyway:
 4. **Decision.** In a split round each part gets a vote: +1 for each member in the majority cohort, -1 for
    each in the minority, 0 for an unplaced one. The part with the lower vote is rejected when that vote is
    negative. The current round's edges are in the graph before the vote, so a client seen for the first time
-   is placed by whom it sided with. A round that does not split keeps everyone.
+   is placed by whom it sided with (and so is everyone: the cut being decided also votes). With
+   ``cohort_vote="history"`` the sides are read from the graph before the round's edges, and only ids it leaves
+   unplaced are placed with them, so a cut cannot confirm itself. A round that does not split keeps everyone.
 5. **Loud normalization change**, as in the ``"support"`` rule: a deviation score ``delta_i`` more than
    ``loud_separation`` robust widths above the recent bank entries' scores is rejected.
 
@@ -308,6 +310,7 @@ def cohort_rule(
     undecided: str = "keep",
     dimension: int | None = None,
     significant: bool = False,
+    vote: str = "round",
     decide: bool = True,
 ) -> CohortOutcome:
     """Decide a round by its parts and the cohort graph (``decide=False``: only stage the graph, keep everyone).
@@ -329,6 +332,9 @@ def cohort_rule(
         round (``CohortOutcome.to_support``) to the support rule; here it keeps everyone.
     significant : bool, default=False
         Count only cuts wider than chance (:func:`round_parts`; ``FedLNS(cohort_cut="significant")``).
+    vote : {"round", "history"}, default="round"
+        Read the members' sides from the graph with this round's edges (``"round"``), or from the graph before
+        them, placing with them only the ids it leaves unplaced (``"history"``; ``FedLNS(cohort_vote=...)``).
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -342,12 +348,15 @@ def cohort_rule(
         dimension = max(int(np.median(np.count_nonzero(sketches, axis=1))), 1)
     parts = round_parts(cosines, separation=separation, dimension=dimension, significant=significant)
     cut = parts if parts is not None and parts.apart else None
-    graph = graph.updated(ids, None if cut is None else cut.first, decay)
+    before, graph = graph, graph.updated(ids, None if cut is None else cut.first, decay)
     reasons = [""] * n
     kept = np.ones(n, dtype=bool)
     open_round = False
     if cut is not None and decide:
         side = graph.sides()
+        if vote == "history":  # the same ids (the round's new ones without edges), so the same majority bar
+            history = before.updated(ids, None, decay).sides()
+            side = {client_id: history[client_id] or s for client_id, s in side.items()}
         open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0
         members = [cut.first, ~cut.first]
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]

@@ -364,6 +364,11 @@ class FedLNS:
         stops the false cuts of weakly agreeing honest updates (a small masked model's LoRA updates: 39-41% of
         honest BERT updates rejected without attackers under ``"tree"``, none under it), but gives white-box
         attackers room: blended with honest updates, their cut stays under chance (``docs/results/cut-test``).
+    cohort_vote : {"round", "history"}, default="round"
+        ``"cohort"`` only: which graph the parts' votes read their members' sides from. ``"round"``: the graph
+        with the round's own edges in it, so a client seen for the first time is placed by whom it sided with,
+        and so is everyone: the cut being decided also votes. ``"history"``: the graph before the round's edges;
+        only ids it leaves unplaced are placed with them, so a cut never confirms itself (``docs/concepts.md``).
     sketch_dim : int >= 16, default=2048
         ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
         ``1/sqrt(sketch_dim)``).
@@ -426,6 +431,7 @@ class FedLNS:
         cohort_decay: float = 0.9,
         cohort_undecided: str = "support",
         cohort_cut: str = "tree",
+        cohort_vote: str = "round",
         sketch_dim: int = 2048,
         clip: str | None = "median",
     ):
@@ -452,6 +458,7 @@ class FedLNS:
         self.cohort_decay = cohort_decay
         self.cohort_undecided = cohort_undecided
         self.cohort_cut = cohort_cut
+        self.cohort_vote = cohort_vote
         self.sketch_dim = sketch_dim
         self.clip = clip
         self.round_ = 0
@@ -683,6 +690,7 @@ class FedLNS:
                 decay=settings["cohort_decay"],
                 undecided=settings["cohort_undecided"],
                 significant=settings["cohort_cut"] == "significant",
+                vote=settings["cohort_vote"],
                 decide=not warming_up,
             )
         if warming_up:
@@ -952,6 +960,7 @@ class FedLNS:
             params.setdefault("signature", "norm")  # and the norms the only signature
             params.setdefault("cohort_undecided", "keep")  # and an undecided cohort round kept whole
             params.setdefault("cohort_cut", "tree")  # and every cut the tree found counted
+            params.setdefault("cohort_vote", "round")  # and the votes read the graph with the round's edges
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

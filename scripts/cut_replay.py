@@ -1,13 +1,14 @@
 """What the cohort rule of this checkout decides on rounds another version of it recorded.
 
 A ``fedlns_default`` run made with ``--set record_signatures=true`` keeps every round's signatures and update
-sketches. Replaying the cohort rule on them (``fedlns_sim.replay``, variant ``cohort``, or ``cohort:significant``
-with ``--cut significant``) gives this checkout's decisions on the same updates; this prints, per run, the recorded
+sketches. Replaying the cohort rule on them (``fedlns_sim.replay``, variant ``cohort``; ``cohort:significant`` with
+``--cut significant``, ``cohort:history`` with ``--vote history``) gives this checkout's decisions on the same updates; this prints, per run, the recorded
 and the replayed detection rates and attackers-only rounds. The replay is open-loop: the updates are the recorded
 run's, whose global model followed the recorded decisions, so it says what the rule does with those rounds, not what
 a new run would end at.
 
-Usage: python scripts/cut_replay.py [--cut tree|significant] RUN [RUN ...]   (run folders with a signatures/ folder)
+Usage: python scripts/cut_replay.py [--cut tree|significant | --vote round|history] RUN [RUN ...]
+  (run folders with a signatures/ folder)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def rates(decisions: list[dict], kept_key: str) -> str:
 
 def main(argv: list[str]) -> int:
     variant = "cohort"
-    if argv[:1] == ["--cut"] and len(argv) > 1:
+    if argv[:1] in (["--cut"], ["--vote"]) and len(argv) > 1:
         variant, argv = f"cohort:{argv[1]}", argv[2:]
     if not argv:
         print(__doc__, file=sys.stderr)

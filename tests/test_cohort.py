@@ -167,6 +167,52 @@ def test_no_side_is_the_majority_when_the_placed_ids_are_not_most_of_the_bank():
     assert set(CohortGraph([1, 2]).sides().values()) == {0}
 
 
+def _weak_history():
+    """A sparse history (weights 0.3, as in a bank whose ids come back every few rounds): honest ids 0-8 agree,
+    attackers 9-11 agree, the two sides disagree."""
+    ids = list(range(12))
+    honest = np.array([i < 9 for i in ids])
+    return CohortGraph(ids, np.where(honest[:, None] == honest[None, :], 0.3, -0.3) * (1 - np.eye(12)))
+
+
+def _round_sketches(apart, rest, dim=64):
+    """Sketches with the ``apart`` clients agreeing closely (cosine 0.92) and the ``rest`` moderately (0.61),
+    the two groups orthogonal: every such round is cut between them."""
+    rows = {}
+    for k, c in enumerate(rest):
+        rows[c] = np.eye(dim)[0] + 0.8 * np.eye(dim)[2 + k]
+    for k, c in enumerate(apart):
+        rows[c] = np.eye(dim)[1] + 0.3 * np.eye(dim)[20 + k]
+    return rows
+
+
+@pytest.mark.parametrize("vote", ["round", "history"])
+def test_history_vote_does_not_let_a_cut_confirm_itself(vote):
+    """The 20% weakness in miniature (docs/results/lora-matrix): a round with one attacker (9) among honest
+    clients is cut between two honest clients (6, 7) and the rest. Under ``"round"`` the cut's own -1 edges
+    outweigh their thin history and put them on the minority side, so they are rejected; under ``"history"``
+    their history votes and nobody is rejected. A round whose attackers are apart is rejected either way."""
+    from fedlns_core._cohort import cohort_rule
+
+    def decide(apart, rest):
+        rows = _round_sketches(apart, rest)
+        ids = list(rows)
+        outcome = cohort_rule(
+            np.ones(len(ids)), np.stack([rows[c] for c in ids]), ids, _weak_history(), np.arange(12.0),
+            np.ones(12), recent=12, separation=0.5, loud_separation=6.0, decay=0.9, vote=vote, dimension=10_000,
+        )
+        return {c for c, kept in zip(ids, outcome.retained) if not kept}
+
+    assert decide([6, 7], [0, 1, 2, 3, 4, 5, 9]) == ({6, 7} if vote == "round" else set())
+    assert decide([9, 10, 11], [0, 1, 2, 3, 4, 5, 6]) == {9, 10, 11}
+
+
+def test_the_round_vote_stays_the_default():
+    assert FedLNS().cohort_vote == "round" and FedLNS(cohort_vote="history").cohort_vote == "history"
+    with pytest.raises(ValueError, match="cohort_vote"):
+        FedLNS(cohort_vote="prior").validate_params()
+
+
 # ------------------------------------------------------------------------------------------ the screener
 class _LoraLikeFederation:
     """Honest updates agree within a round but point somewhere new each round (a LoRA adapter is the accumulated

@@ -86,9 +86,9 @@ MIXTURE_SOLVERS = ("fast", "sklearn")
 
 
 #: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
-DEFAULT_METHOD_KEYS = ("default_rule", "cohort_undecided", "default_clip", "default_warmup")
+DEFAULT_METHOD_KEYS = ("default_rule", "cohort_undecided", "default_clip", "default_warmup", "cohort_vote")
 #: Of those, the ones a run of another method may not change (the other two keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup")
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
@@ -189,6 +189,7 @@ class Config:
     # half_blend attack, so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
+    cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history
 
     @property
     def clients_per_round(self) -> int:
@@ -294,6 +295,10 @@ class Config:
             (
                 self.cohort_cut in ("tree", "significant"),
                 f"cohort_cut must be tree or significant, got {self.cohort_cut!r}",
+            ),
+            (
+                self.cohort_vote in ("round", "history"),
+                f"cohort_vote must be round or history, got {self.cohort_vote!r}",
             ),
             (
                 self.default_clip in ("median", "none"),

@@ -53,6 +53,7 @@ def make_screener(config):
             random_state=seed,
             cohort_undecided=config.cohort_undecided,
             cohort_cut=config.cohort_cut,
+            cohort_vote=config.cohort_vote,
             clip=None if config.default_clip == "none" else "median",
             warmup=config.default_warmup,
             **({"retain_rule": "support"} if support else {}),

@@ -22,7 +22,8 @@ run's own: a check, it must reproduce the recorded decisions):
 
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
-``cohort:C``       the same with ``cohort_cut=C`` (``tree`` or ``significant``) instead of the run's own
+``cohort:C``       the same with ``cohort_cut=C`` (``tree`` or ``significant``) or ``cohort_vote=C`` (``round``
+                   or ``history``) instead of the run's own
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -158,6 +159,8 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     from .methods import make_screener
 
     name, _, argument = variant.partition(":")
+    if name == "cohort" and argument not in ("", "tree", "significant", "round", "history"):
+        raise ValueError(f"unknown variant {variant!r}: cohort:C takes tree, significant, round or history")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(_run_config(run_dir)))
@@ -200,7 +203,8 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
                 undecided=screener.cohort_undecided,
-                significant=(argument or screener.cohort_cut) == "significant",
+                significant=(argument if argument in ("tree", "significant") else screener.cohort_cut) == "significant",
+                vote=argument if argument in ("round", "history") else screener.cohort_vote,
                 decide=bool(record.get("active")),
             )
             graph = outcome.graph.restricted(list(bank))
