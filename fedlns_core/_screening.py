@@ -364,11 +364,14 @@ class FedLNS:
         stops the false cuts of weakly agreeing honest updates (a small masked model's LoRA updates: 39-41% of
         honest BERT updates rejected without attackers under ``"tree"``, none under it), but gives white-box
         attackers room: blended with honest updates, their cut stays under chance (``docs/results/cut-test``).
-    cohort_vote : {"round", "history"}, default="round"
+    cohort_vote : {"round", "history", "strong"}, default="round"
         ``"cohort"`` only: which graph the parts' votes read their members' sides from. ``"round"``: the graph
         with the round's own edges in it, so a client seen for the first time is placed by whom it sided with,
         and so is everyone: the cut being decided also votes. ``"history"``: the graph before the round's edges;
         only ids it leaves unplaced are placed with them, so a cut never confirms itself (``docs/concepts.md``).
+        ``"strong"``: ``"history"`` for weak cuts, ``"round"`` for a cut whose core agrees at mean cosine 0.5 or
+        more (``fedlns_core._cohort.STRONG_CUT``): attackers that poison after an honest history (``sleeper``) cut
+        strongly, the false cuts of honest clients weakly.
     sketch_dim : int >= 16, default=2048
         ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
         ``1/sqrt(sketch_dim)``).

@@ -109,7 +109,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "cohort_decay": [Interval("real", 0, 1, closed="right")],
     "cohort_undecided": [Options(("support", "keep", "hold"))],
     "cohort_cut": [Options(("tree", "significant"))],
-    "cohort_vote": [Options(("round", "history"))],
+    "cohort_vote": [Options(("round", "history", "strong"))],
     "sketch_dim": [Interval("int", 16)],
     "clip": [Options(("median",)), None],
 }

@@ -7,7 +7,7 @@ and the replayed detection rates and attackers-only rounds. The replay is open-l
 run's, whose global model followed the recorded decisions, so it says what the rule does with those rounds, not what
 a new run would end at.
 
-Usage: python scripts/cut_replay.py [--cut tree|significant | --vote round|history] RUN [RUN ...]
+Usage: python scripts/cut_replay.py [--cut tree|significant | --vote round|history|strong] RUN [RUN ...]
   (run folders with a signatures/ folder)
 """
 

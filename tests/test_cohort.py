@@ -167,44 +167,48 @@ def test_no_side_is_the_majority_when_the_placed_ids_are_not_most_of_the_bank():
     assert set(CohortGraph([1, 2]).sides().values()) == {0}
 
 
-def _weak_history():
+def _weak_history(sleepers=False):
     """A sparse history (weights 0.3, as in a bank whose ids come back every few rounds): honest ids 0-8 agree,
-    attackers 9-11 agree, the two sides disagree."""
-    ids = list(range(12))
-    honest = np.array([i < 9 for i in ids])
-    return CohortGraph(ids, np.where(honest[:, None] == honest[None, :], 0.3, -0.3) * (1 - np.eye(12)))
+    attackers 9-11 agree, the two sides disagree; with ``sleepers`` the attackers have sided with the honest."""
+    honest = np.array([i < 9 or sleepers for i in range(12)])
+    return CohortGraph(range(12), np.where(honest[:, None] == honest[None, :], 0.3, -0.3) * (1 - np.eye(12)))
 
 
-def _round_sketches(apart, rest, dim=64):
-    """Sketches with the ``apart`` clients agreeing closely (cosine 0.92) and the ``rest`` moderately (0.61),
-    the two groups orthogonal: every such round is cut between them."""
+def _round_sketches(apart, rest, apart_cosine, rest_cosine=0.12, dim=64):
+    """Sketches whose ``apart`` clients agree at ``apart_cosine``, the ``rest`` at ``rest_cosine``, the two groups
+    orthogonal: every such round is cut between them."""
     rows = {}
     for k, c in enumerate(rest):
-        rows[c] = np.eye(dim)[0] + 0.8 * np.eye(dim)[2 + k]
+        rows[c] = np.sqrt(rest_cosine / (1 - rest_cosine)) * np.eye(dim)[0] + np.eye(dim)[2 + k]
     for k, c in enumerate(apart):
-        rows[c] = np.eye(dim)[1] + 0.3 * np.eye(dim)[20 + k]
+        rows[c] = np.sqrt(apart_cosine / (1 - apart_cosine)) * np.eye(dim)[1] + np.eye(dim)[20 + k]
     return rows
 
 
-@pytest.mark.parametrize("vote", ["round", "history"])
-def test_history_vote_does_not_let_a_cut_confirm_itself(vote):
-    """The 20% weakness in miniature (docs/results/lora-matrix): a round with one attacker (9) among honest
-    clients is cut between two honest clients (6, 7) and the rest. Under ``"round"`` the cut's own -1 edges
-    outweigh their thin history and put them on the minority side, so they are rejected; under ``"history"``
-    their history votes and nobody is rejected. A round whose attackers are apart is rejected either way."""
+@pytest.mark.parametrize("vote", ["round", "history", "strong"])
+def test_the_votes_on_a_weak_honest_cut_on_attackers_and_on_sleepers(vote):
+    """The 20% weakness in miniature (docs/results/lora-matrix): a round with one attacker (9) is cut between two
+    weakly agreeing honest clients (6, 7) and the rest. Under ``"round"`` the cut's own -1 edges outweigh their
+    thin history and put them on the minority side, so they are rejected; ``"history"`` and ``"strong"`` (a weak
+    cut) read their history, and nobody is rejected. Attackers apart with a minority history are rejected under
+    every vote; attackers with an honest history (``sleeper``) cut strongly, which ``"round"`` and ``"strong"``
+    let vote, and ``"history"`` keeps them."""
     from fedlns_core._cohort import cohort_rule
 
-    def decide(apart, rest):
-        rows = _round_sketches(apart, rest)
+    def rejected(apart, rest, apart_cosine, sleepers=False):
+        rows = _round_sketches(apart, rest, apart_cosine)
         ids = list(rows)
         outcome = cohort_rule(
-            np.ones(len(ids)), np.stack([rows[c] for c in ids]), ids, _weak_history(), np.arange(12.0),
+            np.ones(len(ids)), np.stack([rows[c] for c in ids]), ids, _weak_history(sleepers), np.arange(12.0),
             np.ones(12), recent=12, separation=0.5, loud_separation=6.0, decay=0.9, vote=vote, dimension=10_000,
         )
         return {c for c, kept in zip(ids, outcome.retained) if not kept}
 
-    assert decide([6, 7], [0, 1, 2, 3, 4, 5, 9]) == ({6, 7} if vote == "round" else set())
-    assert decide([9, 10, 11], [0, 1, 2, 3, 4, 5, 6]) == {9, 10, 11}
+    assert rejected([6, 7], [0, 1, 2, 3, 4, 5, 9], 0.15) == ({6, 7} if vote == "round" else set())
+    assert rejected([9, 10, 11], [0, 1, 2, 3, 4, 5, 6], 0.9) == {9, 10, 11}
+    assert rejected([9, 10, 11], [0, 1, 2, 3, 4, 5, 6], 0.9, sleepers=True) == (
+        set() if vote == "history" else {9, 10, 11}
+    )
 
 
 def test_the_round_vote_stays_the_default():

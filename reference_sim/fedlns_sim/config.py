@@ -189,7 +189,7 @@ class Config:
     # half_blend attack, so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
-    cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history
+    cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
 
     @property
     def clients_per_round(self) -> int:
@@ -297,8 +297,8 @@ class Config:
                 f"cohort_cut must be tree or significant, got {self.cohort_cut!r}",
             ),
             (
-                self.cohort_vote in ("round", "history"),
-                f"cohort_vote must be round or history, got {self.cohort_vote!r}",
+                self.cohort_vote in ("round", "history", "strong"),
+                f"cohort_vote must be round, history or strong, got {self.cohort_vote!r}",
             ),
             (
                 self.default_clip in ("median", "none"),

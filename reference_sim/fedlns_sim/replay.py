@@ -22,8 +22,8 @@ run's own: a check, it must reproduce the recorded decisions):
 
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
-``cohort:C``       the same with ``cohort_cut=C`` (``tree`` or ``significant``) or ``cohort_vote=C`` (``round``
-                   or ``history``) instead of the run's own
+``cohort:C``       the same with ``cohort_cut=C`` (``tree`` or ``significant``) or ``cohort_vote=C`` (``round``,
+                   ``history`` or ``strong``) instead of the run's own
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -159,8 +159,8 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     from .methods import make_screener
 
     name, _, argument = variant.partition(":")
-    if name == "cohort" and argument not in ("", "tree", "significant", "round", "history"):
-        raise ValueError(f"unknown variant {variant!r}: cohort:C takes tree, significant, round or history")
+    if name == "cohort" and argument not in ("", "tree", "significant", "round", "history", "strong"):
+        raise ValueError(f"unknown variant {variant!r}: cohort:C takes tree, significant, round, history or strong")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(_run_config(run_dir)))
@@ -204,7 +204,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 decay=screener.cohort_decay,
                 undecided=screener.cohort_undecided,
                 significant=(argument if argument in ("tree", "significant") else screener.cohort_cut) == "significant",
-                vote=argument if argument in ("round", "history") else screener.cohort_vote,
+                vote=argument if argument in ("round", "history", "strong") else screener.cohort_vote,
                 decide=bool(record.get("active")),
             )
             graph = outcome.graph.restricted(list(bank))
