@@ -1,5 +1,6 @@
-"""The cohort-vote study (``docs/results/cohort-vote``) as Markdown: ``FedLNS(cohort_vote="history")`` beside the
-default vote and FedAvg in each cell, and the plan's tests for making it the default, each met or missed.
+"""The cohort-vote study (``docs/results/cohort-vote``) as Markdown: ``FedLNS(cohort_vote="history")`` and
+``"strong"`` beside the default vote and FedAvg in each cell, and the plan's tests for making one of them the
+default, each met or missed.
 
 Reads the study's runs (``scripts/results_cohort_vote.sh``) and the folders holding the default's and the
 references' runs of the same cells (``docs/results/lora-matrix/frozen``, ``docs/results/cut-test/tree``): runs
@@ -20,6 +21,8 @@ from fedlns_sim.report.stats import detection_rates
 from fedlns_sim.runstore import stored_runs
 
 OURS = "fedlns_default"
+VOTES = ("history", "strong")  # the votes studied; "round" is the default
+AGAINST = ("sleeper", "majority_only", "cut_blend", "half_blend")  # the attacks written against the votes
 
 
 def votes(source: str) -> dict[str, str]:
@@ -31,7 +34,7 @@ def votes(source: str) -> dict[str, str]:
 
 
 def gather(sources: list[str]) -> dict:
-    """(family, partition, fraction, attack, seed) -> {"fedavg" | "round" | "history" | "clean" | "oracle": run}."""
+    """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a vote: run}."""
     cells: dict = {}
     for source in sources:
         vote = votes(source)
@@ -65,64 +68,78 @@ def worse(run: dict, than: dict) -> float:
     return max(run[k] / than[k] - 1 for k in ("perplexity", "last10_perplexity"))
 
 
+def check(checks: dict, vote: str, key: tuple, cells: dict) -> None:
+    """The plan's tests on one cell for one vote (added to ``checks``: test -> [(text, met)])."""
+    family, partition, fraction, attack, seed = key
+    cell = cells[key]
+    ours, default, fedavg = cell[vote], cell.get("round"), cell.get("fedavg")
+    clean = cells.get((family, partition, 0.0, "-", seed), {}).get("clean")
+    name = f"{family} {partition} {fraction:.0%} {attack} seed {seed}"
+
+    def add(test: str, text: str, met: bool) -> None:
+        checks.setdefault(f"{vote}: {test}", []).append((f"{name}: {text}", met))
+
+    if fraction == 0 and clean is not None:
+        add(
+            "without attackers, at most +1% against clean FedAvg",
+            f"{worse(ours, clean):+.1%}",
+            worse(ours, clean) <= 0.01,
+        )
+    if fraction == 0.2 and fedavg is not None:
+        add("at 20%, at most 1% worse than FedAvg", f"{worse(ours, fedavg):+.1%}", worse(ours, fedavg) <= 0.01)
+    if fraction == 0.2 and default is not None:
+        add(
+            "at 20%, fewer honest rejections than the default (in most cells)",
+            f"{ours['fp']} against {default['fp']}",
+            ours["fp"] < default["fp"],
+        )
+    if default is not None and (fraction == 0.4 or attack in AGAINST):
+        add(
+            "at 40% and under the attacks against it, at most 1% worse than the default",
+            f"{worse(ours, default):+.1%}",
+            worse(ours, default) <= 0.01,
+        )
+    if fraction == 0.4 and attack == "target_corruption":
+        tpr = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])["tpr"]
+        add("at 40%, TPR >= 0.95 under target corruption", f"{tpr:.2f}", tpr >= 0.95)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
     cells = gather(argv)
-    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR of the two votes.\n")
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR of each vote (round: the default).\n")
     print(
-        "| family | partition | malicious | attack | seed | clean | oracle | FedAvg | round (default) | history "
-        "| TPR / FPR round | TPR / FPR history |"
+        "| family | partition | malicious | attack | seed | clean | oracle | FedAvg | round | history | strong "
+        "| TPR / FPR round | history | strong |"
     )
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     checks: dict[str, list[tuple[str, bool]]] = {}
     for key in sorted(cells, key=lambda k: (k[2], k[0], k[1], k[3], k[4])):
         family, partition, fraction, attack, seed = key
         cell = cells[key]
-        ours = cell.get("history")
-        if ours is None:
+        if not any(vote in cell for vote in VOTES):
             continue
         clean = cells.get((family, partition, 0.0, "-", seed), {}).get("clean")
         oracle = cells.get((family, partition, fraction, "-", seed), {}).get("oracle")
-        default, fedavg = cell.get("round"), cell.get("fedavg")
+        runs = [cell.get(m) for m in ("fedavg", "round", *VOTES)]
         print(
             f"| {family} | {partition} | {fraction:.0%} | {attack} | {seed} | {text(clean)} | {text(oracle)} | "
-            f"{text(fedavg)} | {text(default)} | **{text(ours)}** | {rates(default)} | {rates(ours)} |"
+            + " | ".join(text(run) for run in runs)
+            + " | "
+            + " | ".join(rates(cell.get(m)) for m in ("round", *VOTES))
+            + " |"
         )
-        name = f"{family} {partition} {fraction:.0%} {attack} seed {seed}"
-        if fraction == 0 and clean is not None:
-            checks.setdefault("without attackers, at most +1% against clean FedAvg", []).append(
-                (f"{name}: {worse(ours, clean):+.1%}", worse(ours, clean) <= 0.01)
-            )
-        if fraction == 0.2 and fedavg is not None:
-            checks.setdefault("at 20%, at most 1% worse than FedAvg", []).append(
-                (f"{name}: {worse(ours, fedavg):+.1%}", worse(ours, fedavg) <= 0.01)
-            )
-        if fraction > 0 and default is not None:
-            fewer = ours["fp"] < default["fp"]
-            if fraction == 0.2:
-                checks.setdefault("at 20%, fewer honest rejections than the default", []).append(
-                    (f"{name}: {ours['fp']} against {default['fp']}", fewer)
-                )
-            if fraction == 0.4 or attack in ("sleeper", "majority_only", "cut_blend", "half_blend"):
-                target = "at 40% and under the attacks against it, at most 1% worse than the default"
-                checks.setdefault(target, []).append(
-                    (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
-                )
-        if fraction == 0.4 and attack == "target_corruption":
-            tpr = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])["tpr"]
-            checks.setdefault("at 40%, TPR >= 0.95 under target corruption", []).append(
-                (f"{name}: {tpr:.2f}", tpr >= 0.95)
-            )
+        for vote in VOTES:
+            if vote in cell:
+                check(checks, vote, key, cells)
     print("\n## The plan's tests\n")
-    for target, results in checks.items():
+    for target, results in sorted(checks.items()):
         missed = [text for text, met in results if not met]
-        verdict = "met" if not missed else "missed"
-        if target.endswith("than the default") and target.startswith("at 20%"):  # "in most cells"
-            verdict = "met" if 2 * (len(results) - len(missed)) > len(results) else "missed"
+        met = 2 * (len(results) - len(missed)) > len(results) if "in most cells" in target else not missed
         print(
-            f"- **{target}**: {verdict}, {len(results) - len(missed)} of {len(results)} hold it"
+            f"- **{target}**: {'met' if met else 'missed'}, {len(results) - len(missed)} of {len(results)} hold it"
             + (f"; not: {'; '.join(missed)}" if missed else "")
         )
     return 0
