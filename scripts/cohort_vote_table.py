@@ -19,6 +19,7 @@ import sys
 from fedlns_sim.report.load import load_runs
 from fedlns_sim.report.stats import detection_rates
 from fedlns_sim.runstore import stored_runs
+from lora_matrix_table import print_checks  # scripts/, beside this one
 
 OURS = "fedlns_default"
 VOTES = ("history", "strong")  # the votes studied; "round" is the default
@@ -135,13 +136,7 @@ def main(argv: list[str]) -> int:
             if vote in cell:
                 check(checks, vote, key, cells)
     print("\n## The plan's tests\n")
-    for target, results in sorted(checks.items()):
-        missed = [text for text, met in results if not met]
-        met = 2 * (len(results) - len(missed)) > len(results) if "in most cells" in target else not missed
-        print(
-            f"- **{target}**: {'met' if met else 'missed'}, {len(results) - len(missed)} of {len(results)} hold it"
-            + (f"; not: {'; '.join(missed)}" if missed else "")
-        )
+    print_checks(dict(sorted(checks.items())), majority=tuple(t for t in checks if "in most cells" in t))
     return 0
 
 

@@ -165,13 +165,21 @@ def main(argv: list[str]) -> int:
         checks["no attackers-only round after activation"].append((f"{name}: {rounds or 'none'}", not rounds))
 
     print("\n## Targets\n")
+    print_checks(checks)
+    return 0
+
+
+def print_checks(checks: dict[str, list[tuple[str, bool]]], majority: tuple[str, ...] = ()) -> None:
+    """One line per target: met or missed, how many cells hold it, the cells that do not. A target named in
+    ``majority`` is met when most of its cells hold it, any other only when all do."""
     for target, results in checks.items():
         missed = [text for text, met in results if not met]
+        held = len(results) - len(missed)
+        met = 2 * held > len(results) if target in majority else not missed
         print(
-            f"- **{target}**: {'met' if not missed else 'missed'}, {len(results) - len(missed)} of {len(results)} hold it"
+            f"- **{target}**: {'met' if met else 'missed'}, {held} of {len(results)} hold it"
             + (f"; missed: {'; '.join(missed)}" if missed else "")
         )
-    return 0
 
 
 if __name__ == "__main__":
