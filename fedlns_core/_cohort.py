@@ -36,7 +36,8 @@ which is what the history bank is keyed by anyway:
    is placed by whom it sided with (and so is everyone: the cut being decided also votes). With
    ``cohort_vote="history"`` the sides are read from the graph before the round's edges, and only ids it leaves
    unplaced are placed with them, so a cut cannot confirm itself; with ``"strong"`` so for weak cuts (the core's
-   mean cosine within below ``STRONG_CUT``), while a strong cut still votes with its own edges. A round that does not split keeps everyone.
+   mean cosine within below ``STRONG_CUT``), while a strong cut still votes with its own edges. A round that does
+   not split keeps everyone.
 5. **Loud normalization change**, as in the ``"support"`` rule: a deviation score ``delta_i`` more than
    ``loud_separation`` robust widths above the recent bank entries' scores is rejected.
 
@@ -361,9 +362,9 @@ def cohort_rule(
     open_round = False
     if cut is not None and decide:
         side = graph.sides()
-        if vote == "history" or (
-            vote == "strong" and cut.within < STRONG_CUT
-        ):  # the same ids (the round's new ones without edges), so the same majority bar
+        if vote == "history" or (vote == "strong" and cut.within < STRONG_CUT):
+            # The graph before the round's edges, over the same ids (the round's new ones without edges), so with
+            # the same majority bar; the round's edges place only the ids it leaves unplaced.
             history = before.updated(ids, None, decay).sides()
             side = {client_id: history[client_id] or s for client_id, s in side.items()}
         open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0

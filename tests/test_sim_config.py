@@ -67,11 +67,12 @@ def test_every_preset_has_sweep_defaults():
     assert set(SWEEP_DEFAULTS) == set(PRESETS)   # `fedlns-sim sweep --preset quick` once failed with KeyError
 
 
-def test_mixture_solvers_are_the_cores():
+def test_mixture_solvers_cohort_cuts_and_votes_are_the_cores():
     from fedlns_core._settings import options
-    from fedlns_sim.config import MIXTURE_SOLVERS
+    from fedlns_sim.config import COHORT_CUTS, COHORT_VOTES, MIXTURE_SOLVERS
 
     assert MIXTURE_SOLVERS == options("mixture_solver")
+    assert COHORT_CUTS == options("cohort_cut") and COHORT_VOTES == options("cohort_vote")
 
 
 def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():

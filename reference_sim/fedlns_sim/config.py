@@ -80,9 +80,11 @@ PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)
 PAPER_SEEDS = (100, 200, 300)
 # Config fields that may differ between a run and its resume (machine choices, not the experiment).
 MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
-# fedlns_core's mixture solvers (its settings table; a test keeps the two equal): not imported here, because reading
-# run files must not need the core's numerical stack.
+# fedlns_core's mixture solvers, cohort cuts and cohort votes (its settings table; a test keeps them equal): not
+# imported here, because reading run files must not need the core's numerical stack.
 MIXTURE_SOLVERS = ("fast", "sklearn")
+COHORT_CUTS = ("tree", "significant")
+COHORT_VOTES = ("round", "history", "strong")
 
 
 #: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
@@ -293,12 +295,12 @@ class Config:
                 f"cohort_undecided must be keep, hold or support, got {self.cohort_undecided!r}",
             ),
             (
-                self.cohort_cut in ("tree", "significant"),
-                f"cohort_cut must be tree or significant, got {self.cohort_cut!r}",
+                self.cohort_cut in COHORT_CUTS,
+                f"cohort_cut must be one of {COHORT_CUTS}, got {self.cohort_cut!r}",
             ),
             (
-                self.cohort_vote in ("round", "history", "strong"),
-                f"cohort_vote must be round, history or strong, got {self.cohort_vote!r}",
+                self.cohort_vote in COHORT_VOTES,
+                f"cohort_vote must be one of {COHORT_VOTES}, got {self.cohort_vote!r}",
             ),
             (
                 self.default_clip in ("median", "none"),

@@ -43,6 +43,7 @@ from scipy.spatial.distance import squareform
 from fedlns_core import MixtureDecision, bic_gmm_retain, deviation_scores, median_mad, standardize
 from fedlns_core._cohort import CohortGraph, CohortOutcome, cohort_rule
 from fedlns_core._rules import RuleOutcome, guarded_rule
+from fedlns_core._settings import options
 from fedlns_core._support import SupportOutcome, _unit, recent_rows, support_rule
 
 from .runfiles import read_meta, read_records
@@ -159,8 +160,9 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     from .methods import make_screener
 
     name, _, argument = variant.partition(":")
-    if name == "cohort" and argument not in ("", "tree", "significant", "round", "history", "strong"):
-        raise ValueError(f"unknown variant {variant!r}: cohort:C takes tree, significant, round, history or strong")
+    cuts, votes = options("cohort_cut"), options("cohort_vote")
+    if name == "cohort" and argument not in ("", *cuts, *votes):
+        raise ValueError(f"unknown variant {variant!r}: cohort:C takes one of {', '.join(cuts + votes)}")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(_run_config(run_dir)))
@@ -203,8 +205,8 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
                 undecided=screener.cohort_undecided,
-                significant=(argument if argument in ("tree", "significant") else screener.cohort_cut) == "significant",
-                vote=argument if argument in ("round", "history", "strong") else screener.cohort_vote,
+                significant=(argument if argument in cuts else screener.cohort_cut) == "significant",
+                vote=argument if argument in votes else screener.cohort_vote,
                 decide=bool(record.get("active")),
             )
             graph = outcome.graph.restricted(list(bank))
