@@ -15,6 +15,7 @@ import json
 import sys
 from statistics import median
 
+from fedlns_sim.report.stats import kept_attackers_only
 from fedlns_sim.runfiles import parse_records
 from fedlns_sim.runstore import stored_runs
 
@@ -42,7 +43,7 @@ def main(argv: list[str]) -> int:
             honest = [v for c, v in delta.items() if c not in malicious]
             attackers = [v for c, v in delta.items() if c in malicious]
             h, a = (median(values) if values else float("nan") for values in (honest, attackers))
-            if kept and kept <= malicious:
+            if kept_attackers_only(kept, malicious):
                 locked.append(record["round"])
             print(f"| {record['round']} | {len(kept - malicious)} / {len(kept & malicious)} | {h:.3g} | {a:.3g} | "
                   f"{a / h if h else float('nan'):.2f} | {record.get('n_components', '-')} | "

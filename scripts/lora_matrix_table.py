@@ -28,7 +28,7 @@ from collections import defaultdict
 import numpy as np
 
 from fedlns_sim.report.load import load_runs
-from fedlns_sim.report.stats import detection_rates
+from fedlns_sim.report.stats import attackers_only_rounds, detection_rates
 from fedlns_sim.runfiles import parse_records
 from fedlns_sim.runstore import stored_runs
 
@@ -48,7 +48,7 @@ ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_b
 SCENARIO = "target_corruption"
 
 
-def attackers_only_rounds(sources: list[str], seeds: tuple[int, ...]) -> dict[str, list[int]]:
+def locked_runs(sources: list[str], seeds: tuple[int, ...]) -> dict[str, list[int]]:
     """Run name -> the rounds after activation that kept attackers only, for every ``FedLNS()`` run of ``seeds``."""
     locked = {}
     for name, files in (run for source in sources for run in stored_runs(source)):
@@ -56,14 +56,7 @@ def attackers_only_rounds(sources: list[str], seeds: tuple[int, ...]) -> dict[st
         records = parse_records(files["rounds.jsonl"])
         if config["method"] != OURS or config["seed"] not in seeds or records[-1]["round"] < config["rounds"]:
             continue  # another method or seed, or a run still in progress
-        rounds = []
-        for record in records[1:]:
-            if not record.get("decided") or not record.get("active", True):
-                continue
-            kept = {str(c) for c in record.get("kept", [])}
-            if kept and kept <= {str(c) for c in record.get("malicious_sampled", [])}:
-                rounds.append(record["round"])
-        locked[name] = rounds
+        locked[name] = attackers_only_rounds(records)
     return locked
 
 
@@ -110,7 +103,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     cells = gather(args.runs, seeds)
-    locked = attackers_only_rounds(args.runs, seeds)
+    locked = locked_runs(args.runs, seeds)
     complete = lambda cell: cell is not None and set(cell) == set(seeds)  # noqa: E731
 
     settings = sorted({key[:3] for key in cells if key[2] > 0})

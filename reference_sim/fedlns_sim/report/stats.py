@@ -103,8 +103,32 @@ def screening_counts(rounds) -> dict:
         for client in clients:
             outcome = ("fn" if client in kept else "tp") if client in malicious else ("tn" if client in kept else "fp")
             counts[outcome] += 1
-        counts["attackers_only"] += bool(kept) and kept <= malicious
+        counts["attackers_only"] += kept_attackers_only(kept, malicious)
     return counts
+
+
+def kept_attackers_only(kept_ids, malicious_ids) -> bool:
+    """Whether a round kept someone and only attackers (ids compared as strings, as the records store them)."""
+    kept = {str(c) for c in kept_ids}
+    return bool(kept) and kept <= {str(c) for c in malicious_ids}
+
+
+def attackers_only_rounds(records: list[dict]) -> list[int]:
+    """The rounds after activation whose screen kept attackers only, from a run's records (``rounds.jsonl``).
+
+    Examples
+    --------
+    >>> attackers_only_rounds([{"round": 0}, {"round": 1, "decided": True, "kept": [3], "malicious_sampled": [3]},
+    ...                        {"round": 2, "decided": True, "kept": [1, 3], "malicious_sampled": [3]}])
+    [1]
+    """
+    return [
+        record["round"]
+        for record in records[1:]
+        if record.get("decided")
+        and record.get("active", True)
+        and kept_attackers_only(record.get("kept", []), record.get("malicious_sampled", []))
+    ]
 
 
 def best_checkpoint(records: list[dict]) -> dict:
