@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from fedlns_sim import runfiles  # noqa: E402
 from fedlns_sim.config import make_config  # noqa: E402
 from fedlns_sim.report import (MixedCodeError, clean_cost_rows, fraction_tables, load_runs,  # noqa: E402
-                               paired_rows, recovery_rows, to_latex, to_markdown, write_report)
+                               machine_text, paired_rows, recovery_rows, to_latex, to_markdown, write_report)
 from fedlns_sim.report.stats import mean_std  # noqa: E402
 
 
@@ -219,6 +219,18 @@ def test_report_names_the_machines_the_runs_were_made_on(tmp_path):
         (folder / "config.json").write_text(json.dumps(dict(config, machine=avx512)))
     tables = write_report(tmp_path, tmp_path / "one_machine", plots=False)["tables"].read_text()
     assert "on EPYC (AVX512 kernels, torch 2.13.0). " in tables
+
+
+def test_machine_records_the_extensions_that_tell_two_avx512_processors_apart():
+    # same cpu model name and AVX-512 kernels, with and without AVX512-FP16: measured to differ at round 0
+    from fedlns_sim.run import KERNEL_FLAGS, machine_identity
+
+    flags = machine_identity("cpu")["cpu_flags"]
+    assert isinstance(flags, list) and set(flags) <= set(KERNEL_FLAGS)
+    newer = {"cpu": "Xeon", "cpu_capability": "AVX512", "cpu_flags": ["avx512f", "avx512_fp16"], "torch": "2.13.0"}
+    older = dict(newer, cpu_flags=["avx512f"])
+    assert machine_text(newer) == "Xeon (AVX512 kernels, avx512f avx512_fp16, torch 2.13.0)"
+    assert machine_text(newer) != machine_text(older)
 
 
 def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_oracle(tmp_path):

@@ -43,18 +43,39 @@ def pick_device(name: str) -> str:
     return name
 
 
+# Instruction-set extensions by which the math libraries under torch (MKL, oneDNN) pick kernels beyond what
+# torch's own capability names: two processors with AVX-512 kernels, one with AVX512-FP16 and one without,
+# were measured to differ from the first evaluation (docs/simulator.md, "Archive, verify, replay").
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
 def machine_identity(device: str) -> dict:
-    """What decides a run's float rounding besides the code: the processor and the kernels torch picked for it
-    (AVX2 and AVX-512 kernels round differently), torch's version and thread count, and the GPU if one ran."""
+    """What decides a run's float rounding besides the code: the processor, the kernels torch picked for it
+    (AVX2 and AVX-512 kernels round differently) and the extensions its math libraries may use, torch's version
+    and thread count, and the GPU if one ran."""
     identity = {
         "cpu": _cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": _kernel_flags(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
     }
     if device == "cuda":
         identity["gpu"] = torch.cuda.get_device_name()
     return identity
+
+
+def _kernel_flags() -> list[str]:
+    """The :data:`KERNEL_FLAGS` this processor has (Linux's /proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    present = set(line.split(":", 1)[1].split())
+                    return [flag for flag in KERNEL_FLAGS if flag in present]
+    except OSError:
+        pass
+    return []
 
 
 def _cpu_model() -> str:

@@ -188,7 +188,10 @@ def machine_text(machine: dict | None) -> str:
     """A run's recorded machine (``config.json``'s ``machine``) in words: processor, kernels, torch, GPU."""
     if not machine:
         return "not recorded (runs before machine records)"
-    text = f"{machine.get('cpu', '?')} ({machine.get('cpu_capability', '?')} kernels, torch {machine.get('torch', '?')}"
+    text = f"{machine.get('cpu', '?')} ({machine.get('cpu_capability', '?')} kernels, "
+    if machine.get("cpu_flags"):  # recorded since runs of the same kernels were seen to differ by extension
+        text += f"{' '.join(machine['cpu_flags'])}, "
+    text += f"torch {machine.get('torch', '?')}"
     return text + (f", {machine['gpu']})" if machine.get("gpu") else ")")
 
 
