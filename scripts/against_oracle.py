@@ -3,20 +3,18 @@
 For each ``FedLNS()`` run of the given family (with attackers) and its oracle (same family, partition, fraction and
 seed; the oracle averages exactly the honest clients sampled), prints the rounds from activation on, the number in
 which the run kept the oracle's clients, and the perplexity of both per round, with the largest one-round fall of
-each. Where the two keep the same clients, what separates them is the model that the warm-up left, and how training
+each from activation on. Where the two keep the same clients, what separates them is the model that the warm-up left, and how training
 goes from there.
 
-Usage: python scripts/against_oracle.py RUNS [RUNS ...] [--family F] [--method M] [--every K]
-  (runs folders, archives or results folders holding one; F default bert, M default fedlns_default, K: print every
-  K-th round, default 2)
+Usage: python scripts/against_oracle.py RUNS [RUNS ...] [--family F] [--method M] [--rounds K]
+  (runs folders, archives or results folders holding one; F default bert, M default fedlns_default; with K, also
+  every K-th round of each cell)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-
-import numpy as np
 
 from fedlns_sim.runfiles import parse_records
 from fedlns_sim.runstore import stored_runs
@@ -46,11 +44,12 @@ def gather(sources: list[str], family: str, method: str) -> dict:
     }
 
 
-def largest_fall(perplexity: list[float]) -> tuple[float, int]:
-    """The largest fall of perplexity from one round to the next, and the round it fell into."""
-    falls = -np.diff(perplexity)
-    at = int(np.argmax(falls))
-    return float(falls[at]), at + 1
+def largest_fall(records: list[dict], start: int) -> tuple[float, int]:
+    """The largest fall of perplexity from one round to the next into a round from ``start`` on, and that round."""
+    perplexity = {r["round"]: r["perplexity"] for r in records}
+    falls = {t: perplexity[t - 1] - perplexity[t] for t in perplexity if t >= max(start, 1) and t - 1 in perplexity}
+    at = max(falls, key=lambda t: falls[t])
+    return falls[at], at
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,30 +57,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--family", default="bert")
     parser.add_argument("--method", default="fedlns_default")
-    parser.add_argument("--every", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=0, help="also print every K-th round of each cell")
     args = parser.parse_args(argv)
-    for (partition, fraction, attack, seed), cell in sorted(gather(args.runs, args.family, args.method).items()):
-        run, oracle = cell["run"], {r["round"]: r for r in cell["oracle"]}
-        active = [r for r in run if r["round"] >= 1 and r.get("active") and r.get("decided")]
-        same = [r["round"] for r in active if set(map(str, r["kept"])) == set(map(str, oracle[r["round"]]["kept"]))]
-        curves = [[r["perplexity"] for r in records] for records in (run, cell["oracle"])]
-        (run_fall, run_at), (oracle_fall, oracle_at) = (largest_fall(curve) for curve in curves)
-        print(f"\n## {args.family} {partition} {100 * fraction:.0f}% {attack} seed {seed}\n")
+    cells = sorted(gather(args.runs, args.family, args.method).items())
+    print(
+        "| partition | malicious | attack | seed | rounds that kept the oracle's clients | best: run / oracle (gap) | "
+        "largest one-round fall after activation: run / oracle |"
+    )
+    print("|---|---:|---|---:|---:|---:|---|")
+    for (partition, fraction, attack, seed), cell in cells:
+        run, oracle = cell["run"], cell["oracle"]
+        active, same = kept_like_oracle(run, oracle)
+        start = active[0] if active else 1
+        (run_fall, run_at), (oracle_fall, oracle_at) = (largest_fall(records, start) for records in (run, oracle))
+        best, oracle_best = (min(r["perplexity"] for r in records[1:]) for records in (run, oracle))
         print(
-            f"kept the oracle's clients in {len(same)} of {len(active)} rounds from activation (round "
-            f"{active[0]['round'] if active else '-'}); largest one-round fall: run {run_fall:.1f} into round "
-            f"{run_at}, oracle {oracle_fall:.1f} into round {oracle_at}; best: run {min(curves[0][1:]):.1f}, oracle "
-            f"{min(curves[1][1:]):.1f}\n"
+            f"| {partition} | {100 * fraction:.0f}% | {attack} | {seed} | {len(same)} of {len(active)} | {best:.1f} / "
+            f"{oracle_best:.1f} ({100 * (best / oracle_best - 1):+.1f}%) | {run_fall:.1f} into round {run_at} / "
+            f"{oracle_fall:.1f} into round {oracle_at} |"
         )
-        print("| round | run | oracle | same clients |")
+    for (partition, fraction, attack, seed), cell in cells if args.rounds else ():
+        by_round = {r["round"]: r for r in cell["oracle"]}
+        same = set(kept_like_oracle(cell["run"], cell["oracle"])[1])
+        print(f"\n{args.family} {partition} {100 * fraction:.0f}% {attack} seed {seed}\n")
+        print("| round | run | oracle | kept the oracle's clients |")
         print("|---:|---:|---:|---|")
-        for record in run[:: args.every]:
-            round_ = record["round"]
+        for record in cell["run"][:: args.rounds]:
+            t = record["round"]
             print(
-                f"| {round_} | {record['perplexity']:.1f} | {oracle[round_]['perplexity']:.1f} | "
-                f"{'yes' if round_ in same else '-'} |"
+                f"| {t} | {record['perplexity']:.1f} | {by_round[t]['perplexity']:.1f} | {'yes' if t in same else '-'} |"
             )
     return 0
+
+
+def kept_like_oracle(run: list[dict], oracle: list[dict]) -> tuple[list[int], list[int]]:
+    """The run's screened rounds from activation, and those of them that kept exactly the oracle's clients."""
+    kept = {r["round"]: set(map(str, r.get("kept", []))) for r in oracle}
+    active = [r for r in run if r["round"] >= 1 and r.get("active") and r.get("decided")]
+    return [r["round"] for r in active], [r["round"] for r in active if set(map(str, r["kept"])) == kept[r["round"]]]
 
 
 if __name__ == "__main__":
