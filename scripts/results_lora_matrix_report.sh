@@ -14,10 +14,11 @@ seeds="${3:-100,200,300}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
 python="${PYTHON:-.venv/bin/python}"
 declare -A label=([frozen]="adapters only, norms frozen" [norms]="adapters and norms")
-# The cells verify.txt names: FedLNS() at seed 100 (the first code) and 300 (the second), and FLAME.
+# The cells verify.txt names: FedLNS() at seed 100 (the first code) and 300 (the second), FLAME, and BERT at seed 200
+# (made on another kind of processor, an Intel Xeon with AVX512-FP16: it re-runs to the bit only on its kind).
 frozen_cells=gpt-iid-mal40-fedlns_default-act50-seed100-f6a9fb89,llama-iid-mal40-fedlns_default-act50-seed300-735fd973
-frozen_cells+=,gpt-iid-mal40-flame-act50-seed100-f300d8d5
-declare -A cell=([frozen]="$frozen_cells" [norms]="")
+frozen_cells+=,gpt-iid-mal40-flame-act50-seed100-f300d8d5,bert-iid-mal40-fedlns_default-act50-seed200-8501b169
+declare -A cell=([frozen]="$frozen_cells" [norms]="gpt-iid-mal40-fedlns_default-act50-seed100-a1f4b22a")
 
 for payload in frozen norms; do
   [ -d "$runs/$payload" ] || continue
