@@ -1,10 +1,10 @@
-"""A screening run beside its oracle, round by round: where the two kept the same clients, and how far apart they are.
+"""A screening run beside its oracle, round by round: where the two kept the same clients, how far apart they end.
 
 For each ``FedLNS()`` run of the given family (with attackers) and its oracle (same family, partition, fraction and
 seed; the oracle averages exactly the honest clients sampled), prints the rounds from activation on, the number in
-which the run kept the oracle's clients, and the perplexity of both per round, with the largest one-round fall of
-each from activation on. Where the two keep the same clients, what separates them is the model that the warm-up left, and how training
-goes from there.
+which the run kept the oracle's clients, and the perplexity of both per round, with the largest one-round fall of each
+from activation on. Where the two keep the same clients, what separates them is the model that the warm-up left, and
+how training goes from there.
 
 Usage: python scripts/against_oracle.py RUNS [RUNS ...] [--family F] [--method M] [--rounds K]
   (runs folders, archives or results folders holding one; F default bert, M default fedlns_default; with K, also
@@ -21,8 +21,8 @@ from fedlns_sim.runstore import stored_runs
 
 
 def gather(sources: list[str], family: str, method: str) -> dict:
-    """(partition, fraction, attack, seed) -> {"run" | "oracle": records}, finished runs only."""
-    cells: dict = {}
+    """(partition, fraction, attack, seed) -> {"run": records, "oracle": records}, finished runs with attackers."""
+    runs, oracles = {}, {}
     for source in sources:
         for _name, files in stored_runs(source):
             config = json.loads(files["config.json"])["config"]
@@ -30,18 +30,13 @@ def gather(sources: list[str], family: str, method: str) -> dict:
             finished = records[-1]["round"] >= config["rounds"]
             if config["family"] != family or not config["malicious_fraction"] or not finished:
                 continue
+            cell = (config["partition"], config["malicious_fraction"], config["seed"])  # the oracle's: any attack
             if config["method"] == method:
-                key = (config["partition"], config["malicious_fraction"], config.get("attack"), config["seed"])
-                cells.setdefault(key, {})["run"] = records
+                runs[cell[:2] + (config.get("attack"),) + cell[2:]] = records
             elif config["method"] == "oracle":
-                key = (config["partition"], config["malicious_fraction"], None, config["seed"])
-                cells.setdefault(key, {})["oracle"] = records
-    oracles = {key[:2] + key[3:]: cell["oracle"] for key, cell in cells.items() if "oracle" in cell}
-    return {
-        key: {"run": cell["run"], "oracle": oracles[key[:2] + key[3:]]}
-        for key, cell in cells.items()
-        if "run" in cell and key[:2] + key[3:] in oracles
-    }
+                oracles[cell] = records
+    cells = {key: key[:2] + key[3:] for key in runs}
+    return {key: {"run": runs[key], "oracle": oracles[cell]} for key, cell in cells.items() if cell in oracles}
 
 
 def largest_fall(records: list[dict], start: int) -> tuple[float, int]:
@@ -67,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---|---:|---:|---:|---|")
     for (partition, fraction, attack, seed), cell in cells:
         run, oracle = cell["run"], cell["oracle"]
-        active, same = kept_like_oracle(run, oracle)
+        active, same = cell["active"], cell["same"] = kept_like_oracle(run, oracle)
         start = active[0] if active else 1
         (run_fall, run_at), (oracle_fall, oracle_at) = (largest_fall(records, start) for records in (run, oracle))
         best, oracle_best = (min(r["perplexity"] for r in records[1:]) for records in (run, oracle))
@@ -78,15 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     for (partition, fraction, attack, seed), cell in cells if args.rounds else ():
         by_round = {r["round"]: r for r in cell["oracle"]}
-        same = set(kept_like_oracle(cell["run"], cell["oracle"])[1])
+        same = set(cell["same"])
         print(f"\n{args.family} {partition} {100 * fraction:.0f}% {attack} seed {seed}\n")
         print("| round | run | oracle | kept the oracle's clients |")
         print("|---:|---:|---:|---|")
         for record in cell["run"][:: args.rounds]:
             t = record["round"]
-            print(
-                f"| {t} | {record['perplexity']:.1f} | {by_round[t]['perplexity']:.1f} | {'yes' if t in same else '-'} |"
-            )
+            marked = "yes" if t in same else "-"
+            print(f"| {t} | {record['perplexity']:.1f} | {by_round[t]['perplexity']:.1f} | {marked} |")
     return 0
 
 

@@ -3,9 +3,9 @@
 A ``fedlns_default`` run made with ``--set record_signatures=true`` keeps every round's signatures and update
 sketches. Replaying the cohort rule on them (``fedlns_sim.replay``, variant ``cohort``; ``cohort:significant`` with
 ``--cut significant``, ``cohort:history`` with ``--vote history``) gives this checkout's decisions on the same
-updates; this prints, per run, the recorded and the replayed detection rates and attackers-only rounds. The replay is open-loop: the updates are the recorded
-run's, whose global model followed the recorded decisions, so it says what the rule does with those rounds, not what
-a new run would end at.
+updates; this prints, per run, the recorded and the replayed detection rates and attackers-only rounds. The replay is
+open-loop: the updates are the recorded run's, whose global model followed the recorded decisions, so it says what the
+rule does with those rounds, not what a new run would end at.
 
 Usage: python scripts/cut_replay.py [--cut tree|significant | --vote round|history|strong] RUN [RUN ...]
   (run folders with a signatures/ folder)

@@ -107,8 +107,9 @@ def default_cells(metas: list[dict], names: list[str]) -> list[str]:
 def verify(results: str | Path, runs=None, data=None, out=None, jobs: int = 2, rtol: float | None = None) -> int:
     """Re-run the named cells of a results folder; print each comparison; 0 when every number matches.
 
-    Equal numbers need the same code *and* the same kind of processor: AVX2 and AVX-512 kernels round differently,
-    so do Intel's and AMD's processors with the same instruction set, and 40 rounds of training amplify a last-bit difference. So a cell that differs is also summarised (largest
+    Equal numbers need the same code *and* the same kind of processor: AVX2 and AVX-512 kernels round differently, so
+    can two processors with the same kernels but other extensions (AVX512-FP16), and 40 rounds of training amplify a
+    last-bit difference. So a cell that differs is also summarised (largest
     relative difference of the evaluation loss, rounds whose screening decisions differ, best and last-10
     perplexity both ways) beside the machine it was made on; with ``rtol``, a cell whose best and last-10
     perplexity agree within ``rtol`` (relative) counts as reproduced within it.

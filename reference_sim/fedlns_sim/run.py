@@ -53,10 +53,11 @@ def machine_identity(device: str) -> dict:
     """What decides a run's float rounding besides the code: the processor, the kernels torch picked for it
     (AVX2 and AVX-512 kernels round differently) and the extensions its math libraries may use, torch's version
     and thread count, and the GPU if one ran."""
+    model, flags = _cpu()
     identity = {
-        "cpu": _cpu_model(),
+        "cpu": model,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_flags": _kernel_flags(),
+        "cpu_flags": flags,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
     }
@@ -65,30 +66,26 @@ def machine_identity(device: str) -> dict:
     return identity
 
 
-def _kernel_flags() -> list[str]:
-    """The :data:`KERNEL_FLAGS` this processor has (Linux's /proc/cpuinfo; empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    present = set(line.split(":", 1)[1].split())
-                    return [flag for flag in KERNEL_FLAGS if flag in present]
-    except OSError:
-        pass
-    return []
-
-
-def _cpu_model() -> str:
+def _cpu() -> tuple[str, list[str]]:
+    """The processor's model name and the :data:`KERNEL_FLAGS` it has, from one read of Linux's /proc/cpuinfo
+    (elsewhere: what ``platform`` says, and no flags)."""
     import platform
 
+    model, flags = "", []
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not model:
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    present = set(value.split())
+                    flags = [flag for flag in KERNEL_FLAGS if flag in present]
+                if model and flags:
+                    break
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return model or platform.processor() or platform.machine(), flags
 
 
 @dataclass
