@@ -71,7 +71,8 @@ def _cpu() -> tuple[str, list[str]]:
     (elsewhere: what ``platform`` says, and no flags)."""
     import platform
 
-    model, flags = "", []
+    model = ""
+    flags: list[str] = []
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
