@@ -12,13 +12,11 @@ Usage: python scripts/cohort_vote_table.py STUDY REFERENCE [REFERENCE ...]
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 
 from fedlns_sim.report.load import load_runs
 from fedlns_sim.report.stats import detection_rates
-from fedlns_sim.runstore import stored_runs
 from lora_matrix_table import print_checks  # scripts/, beside this one
 
 OURS = "fedlns_default"
@@ -26,23 +24,14 @@ VOTES = ("history", "strong")  # the votes studied; "round" is the default
 AGAINST = ("sleeper", "majority_only", "cut_blend", "half_blend")  # the attacks written against the votes
 
 
-def votes(source: str) -> dict[str, str]:
-    """Run name -> the cohort vote its ``FedLNS()`` ran with (runs made before the setting: "round")."""
-    return {
-        name: json.loads(files["config.json"])["config"].get("cohort_vote", "round")
-        for name, files in stored_runs(source)
-    }
-
-
 def gather(sources: list[str]) -> dict:
     """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a vote: run}."""
     cells: dict = {}
     for source in sources:
-        vote = votes(source)
         for run in load_runs(source):
             method = run["method"]
             if method == OURS:
-                method = vote[run["run"]]
+                method = run["config"].get("cohort_vote", "round")  # runs made before the setting: "round"
             elif method == "fedavg" and run["fraction"] == 0:
                 method = "clean"
             elif method not in ("fedavg", "oracle"):

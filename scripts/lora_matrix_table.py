@@ -20,7 +20,6 @@ Usage: python scripts/lora_matrix_table.py RUNS [RUNS ...] [--seeds S] [--payloa
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections import defaultdict
@@ -28,9 +27,7 @@ from collections import defaultdict
 import numpy as np
 
 from fedlns_sim.report.load import load_runs
-from fedlns_sim.report.stats import attackers_only_rounds, detection_rates
-from fedlns_sim.runfiles import parse_records
-from fedlns_sim.runstore import stored_runs
+from fedlns_sim.report.stats import detection_rates
 
 OURS = "fedlns_default"
 BASELINES = ("fedavg", "flame", "multi_krum", "coordinate_median", "norm_bounded_fedavg")
@@ -46,18 +43,6 @@ NAMES = {
 }
 ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_band")
 SCENARIO = "target_corruption"
-
-
-def locked_runs(sources: list[str], seeds: tuple[int, ...]) -> dict[str, list[int]]:
-    """Run name -> the rounds after activation that kept attackers only, for every ``FedLNS()`` run of ``seeds``."""
-    locked = {}
-    for name, files in (run for source in sources for run in stored_runs(source)):
-        config = json.loads(files["config.json"])["config"]
-        records = parse_records(files["rounds.jsonl"])
-        if config["method"] != OURS or config["seed"] not in seeds or records[-1]["round"] < config["rounds"]:
-            continue  # another method or seed, or a run still in progress
-        locked[name] = attackers_only_rounds(records)
-    return locked
 
 
 def gather(sources: list[str], seeds: tuple[int, ...]) -> dict:
@@ -103,7 +88,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     cells = gather(args.runs, seeds)
-    locked = locked_runs(args.runs, seeds)
+    locked = {  # run name -> the rounds after activation that kept attackers only, for every FedLNS() run
+        run["run"]: run["attackers_only_rounds"]
+        for cell in cells.values()
+        for run in cell.values()
+        if run["config"]["method"] == OURS
+    }
     complete = lambda cell: cell is not None and set(cell) == set(seeds)  # noqa: E731
 
     settings = sorted({key[:3] for key in cells if key[2] > 0})

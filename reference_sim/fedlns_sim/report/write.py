@@ -21,6 +21,9 @@ from .markdown import (
 from .plots import plot_all
 from .tables import bank_tables, fraction_tables, gmm_tables, tables_csv, to_latex, to_markdown
 
+#: Summary fields that are not one number or word per run, so not columns of ``runs.csv``.
+NOT_IN_CSV = ("curve", "early_best", "attackers_only_rounds", "config")
+
 
 def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mixed_code: bool = False) -> dict:
     """Write ``tables.md``, ``tables.tex``, ``tables.csv``, ``runs.csv`` and the PNG plots into ``out``.
@@ -133,7 +136,7 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
     (out / "tables.tex").write_text("\n".join(to_latex(t) for t in tables))
     (out / "tables.csv").write_text(tables_csv(tables))
     with open(out / "runs.csv", "w", newline="") as handle:
-        fields = [k for k in summaries[0] if k not in ("curve", "early_best")]
+        fields = [k for k in summaries[0] if k not in NOT_IN_CSV]
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(summaries)
