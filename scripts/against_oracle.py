@@ -21,7 +21,8 @@ from fedlns_sim.runstore import stored_runs
 
 
 def gather(sources: list[str], family: str, method: str) -> dict:
-    """(partition, fraction, attack, seed) -> {"run": records, "oracle": records}, finished runs with attackers."""
+    """(partition, fraction, attack, seed) -> the run's and its oracle's records, with the run's active rounds and those
+    of them that kept the oracle's clients (:func:`kept_like_oracle`); finished runs with attackers."""
     runs, oracles = {}, {}
     for source in sources:
         for _name, files in stored_runs(source):
@@ -30,13 +31,18 @@ def gather(sources: list[str], family: str, method: str) -> dict:
             finished = records[-1]["round"] >= config["rounds"]
             if config["family"] != family or not config["malicious_fraction"] or not finished:
                 continue
-            cell = (config["partition"], config["malicious_fraction"], config["seed"])  # the oracle's: any attack
+            partition, fraction, seed = config["partition"], config["malicious_fraction"], config["seed"]
             if config["method"] == method:
-                runs[cell[:2] + (config.get("attack"),) + cell[2:]] = records
-            elif config["method"] == "oracle":
-                oracles[cell] = records
-    cells = {key: key[:2] + key[3:] for key in runs}
-    return {key: {"run": runs[key], "oracle": oracles[cell]} for key, cell in cells.items() if cell in oracles}
+                runs[partition, fraction, config.get("attack"), seed] = records
+            elif config["method"] == "oracle":  # one oracle per setting and seed serves every attack
+                oracles[partition, fraction, seed] = records
+    cells = {}
+    for (partition, fraction, attack, seed), run in runs.items():
+        oracle = oracles.get((partition, fraction, seed))
+        if oracle is not None:
+            active, same = kept_like_oracle(run, oracle)
+            cells[partition, fraction, attack, seed] = {"run": run, "oracle": oracle, "active": active, "same": same}
+    return cells
 
 
 def largest_fall(records: list[dict], start: int) -> tuple[float, int]:
@@ -61,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---:|---|---:|---:|---:|---|")
     for (partition, fraction, attack, seed), cell in cells:
-        run, oracle = cell["run"], cell["oracle"]
-        active, same = cell["active"], cell["same"] = kept_like_oracle(run, oracle)
+        run, oracle, active, same = cell["run"], cell["oracle"], cell["active"], cell["same"]
         start = active[0] if active else 1
         (run_fall, run_at), (oracle_fall, oracle_at) = (largest_fall(records, start) for records in (run, oracle))
         best, oracle_best = (min(r["perplexity"] for r in records[1:]) for records in (run, oracle))

@@ -88,11 +88,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     cells = gather(args.runs, seeds)
-    locked = {  # run name -> the rounds after activation that kept attackers only, for every FedLNS() run
-        run["run"]: run["attackers_only_rounds"]
-        for cell in cells.values()
-        for run in cell.values()
-        if run["config"]["method"] == OURS
+    locked = {  # run name -> the rounds after activation that kept attackers only, for every FedLNS() run shown
+        run["run"]: run["attackers_only_rounds"] for key, cell in cells.items() if key[4] == OURS for run in cell.values()
     }
     complete = lambda cell: cell is not None and set(cell) == set(seeds)  # noqa: E731
 
