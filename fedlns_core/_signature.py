@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -240,12 +242,12 @@ class SignatureLayout:
     sources: tuple[str, ...]
     statistics: tuple[str, ...]
 
-    @property
+    @functools.cached_property
     def sizes(self) -> tuple[int, ...]:
         """The number of values of each entry."""
-        return tuple(int(np.prod(shape)) for shape in self.shapes)
+        return tuple(math.prod(shape) for shape in self.shapes)
 
-    @property
+    @functools.cached_property
     def width(self) -> int:
         return sum(self.sizes)
 
