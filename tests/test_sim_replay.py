@@ -107,6 +107,28 @@ def test_cohort_replay_reproduces_every_recorded_decision(recorded_cohort):
     assert [d["round"] for d in replay(recorded_cohort, "support")] == [d["round"] for d in decisions]
 
 
+def test_cohort_replay_gives_each_clients_sides_and_the_default_vote_reads_them_with_the_rounds_edges(
+    recorded_cohort, capsys
+):
+    decisions = replay(recorded_cohort, "cohort")
+    cut = 0
+    for d in decisions:
+        assert set(d["sides"]) == set(d["clients"])
+        assert all(before in (-1, 0, 1) and after in (-1, 0, 1) for before, after in d["sides"].values())
+        rejected, kept = set(d["clients"]) - set(d["kept"]), set(d["kept"])
+        if rejected and kept:  # a split round: the rejected part's vote, by the sides with the round's edges
+            cut += 1
+            vote = {name: sum(d["sides"][c][1] for c in part) for name, part in (("out", rejected), ("in", kept))}
+            assert vote["out"] < 0 and vote["out"] <= vote["in"]
+    assert cut >= 1
+    only = [d["round"] for d in decisions if d["kept"] and set(d["kept"]) <= set(d["malicious"])]
+    assert summarize(decisions)["attackers_only_rounds"] == only
+    assert main([str(recorded_cohort), "--variants", "cohort", "--per-round"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["round"] for line in lines] == [d["round"] for d in decisions]
+    assert lines[0]["sides"] == {str(c): sides for c, sides in decisions[0]["sides"].items()}
+
+
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):
     decisions = reproduced(recorded_default, "support", 3)
     assert replay(recorded_default) == decisions  # a fedlns_default run replays its own rule

@@ -193,6 +193,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
         stamps = np.array([entry[2] for entry in entries], dtype=float)
         bank_scores = np.array([entry[3] for entry in entries])
         if name == "cohort":  # the graph learns from every round, warm-up included
+            history = graph.sides()
             outcome = cohort_rule(
                 scores,
                 sketches,
@@ -232,16 +233,18 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
             rows = recent_rows(stamps, recent)
             retained = _round_first(outcome, sketches, bank_sketches[rows], stamps[rows], stamp, float(argument))
         malicious = set(record.get("malicious_sampled", []))
-        decisions.append(
-            {
-                "round": t,
-                "clients": clients,
-                "kept": [c for c, k in zip(clients, retained) if k],
-                "malicious": [c for c in clients if c in malicious],
-                "n_components": None,
-                "recorded_kept": record.get("kept"),
-            }
-        )
+        decision = {
+            "round": t,
+            "clients": clients,
+            "kept": [c for c, k in zip(clients, retained) if k],
+            "malicious": [c for c in clients if c in malicious],
+            "n_components": None,
+            "recorded_kept": record.get("kept"),
+        }
+        if name == "cohort":  # each client's side in the graph before the round's edges and with them (+1/-1/0)
+            voted = outcome.graph.sides()
+            decision["sides"] = {c: [history.get(c, 0), voted[c]] for c in clients}
+        decisions.append(decision)
     return decisions
 
 
@@ -269,10 +272,14 @@ def _round_first(outcome, sketches, window_sketches, window_stamps, stamp, thres
 
 
 def summarize(decisions: list[dict]) -> dict:
-    """Detection totals and rates, wrong-cluster rounds and (for checking) agreement with the recorded run."""
+    """Detection totals and rates, wrong-cluster rounds, the rounds that kept attackers only and (for checking)
+    agreement with the recorded run."""
     tp = fp = fn = tn = wrong = agree = 0
+    attackers_only = []
     for d in decisions:
         bad, kept = set(d["malicious"]), set(d["kept"])
+        if kept and kept <= bad:
+            attackers_only.append(d["round"])
         rejected = set(d["clients"]) - kept
         tp += len(rejected & bad)
         fp += len(rejected - bad)
@@ -286,6 +293,7 @@ def summarize(decisions: list[dict]) -> dict:
         "tpr": tp / max(tp + fn, 1),
         "fpr": fp / max(fp + tn, 1),
         "wrong_cluster_rounds": wrong,
+        "attackers_only_rounds": attackers_only,
         "agree_with_run": agree,
     }
 
@@ -425,15 +433,21 @@ def main(argv=None) -> int:
         action="store_true",
         help="one Markdown table over all the runs, grouped by family, partition and local steps",
     )
+    parser.add_argument(
+        "--per-round",
+        action="store_true",
+        help="one JSON line per decided round instead of a summary (a cohort variant adds each client's side in the "
+        "cohort graph before the round's edges and with them)",
+    )
     args = parser.parse_args(argv)
     if args.hypotheses:
         print(hypotheses_markdown(hypotheses([Path(r) for r in args.runs], tuple(args.variants.split(",")))))
         return 0
     for run_dir in args.runs:
         for variant in args.variants.split(","):
-            print(
-                json.dumps({"run": Path(run_dir).name, "variant": variant, **summarize(replay(Path(run_dir), variant))})
-            )
+            decisions = replay(Path(run_dir), variant)
+            for line in decisions if args.per_round else [summarize(decisions)]:
+                print(json.dumps({"run": Path(run_dir).name, "variant": variant, **line}))
     return 0
 
 
