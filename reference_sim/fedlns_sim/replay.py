@@ -210,6 +210,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 vote=argument if argument in votes else screener.cohort_vote,
                 decide=bool(record.get("active")),
             )
+            voted = outcome.graph.sides()  # the sides the default vote reads (before a fallback replaces outcome)
             graph = outcome.graph.restricted(list(bank))
         if not record.get("active"):
             continue
@@ -242,7 +243,6 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
             "recorded_kept": record.get("kept"),
         }
         if name == "cohort":  # each client's side in the graph before the round's edges and with them (+1/-1/0)
-            voted = outcome.graph.sides()
             decision["sides"] = {c: [history.get(c, 0), voted[c]] for c in clients}
         decisions.append(decision)
     return decisions
