@@ -13,6 +13,10 @@ each met or missed with its numbers, over the cells present:
 * clean cost (``FedLNS()`` without attackers against clean FedAvg, per seed) at most +1%;
 * no round after activation that kept attackers only, in any ``FedLNS()`` run.
 
+Last, against the other defences (not a target of the plan): in every cell where all of them have every seed, whether
+``FedLNS()`` has the lowest seed-mean perplexity at the best checkpoint and over the last 10 rounds, and which defence
+is lower where it does not.
+
 Usage: python scripts/lora_matrix_table.py RUNS [RUNS ...] [--seeds S] [--payload NAME]
   (S: comma-separated, default 100,200,300; NAME: a label for the heading, e.g. "adapters only")
 """
@@ -80,6 +84,15 @@ def rates(runs: dict) -> tuple[float, float]:
     return totals["tpr"], totals["fpr"]
 
 
+def lower(defences: dict, ours: dict, key: str) -> list[str]:
+    """The defences whose seed mean of ``key`` is below FedLNS()'s, as "name value against FedLNS()'s"."""
+    return [
+        f"{NAMES[m]} {mean(runs, key):.1f} against {mean(ours, key):.1f}"
+        for m, runs in defences.items()
+        if mean(runs, key) < mean(ours, key)
+    ]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+")
@@ -106,6 +119,7 @@ def main(argv: list[str]) -> int:
     )
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(methods))
     checks = defaultdict(list)  # target -> [(cell text, met)]
+    ranks = []  # per cell with every defence: (cell text, [the defences lower than FedLNS() at best, at last 10])
     for family, partition, fraction in settings:
         clean = cells.get((family, partition, 0.0, "-", "clean"))
         for attack in ATTACKS:
@@ -129,6 +143,9 @@ def main(argv: list[str]) -> int:
                 f"{recovery[1]:.2f} |" + "".join(f" {other} |" for other in others)
             )
             cell = f"{family} {partition} {fraction:.0%} {attack}"
+            defences = {m: cells.get((family, partition, fraction, attack, m)) for m in methods}
+            if len(methods) == len(BASELINES) - 1 and all(complete(runs) for runs in defences.values()):
+                ranks.append((cell, [lower(defences, ours, key) for key in ("perplexity", "last10_perplexity")]))
             if fraction == 0.4 and attack == SCENARIO:
                 met = min(recovery) >= 0.9 and tpr >= 0.95 and fpr <= 0.05
                 checks["recovery >= 0.9 (best, last 10), TPR >= 0.95, FPR <= 0.05 at 40%"].append(
@@ -146,6 +163,16 @@ def main(argv: list[str]) -> int:
 
     print("\n## Targets\n")
     print_checks(checks)
+    if ranks:
+        print("\n## Against the other defences\n")
+        both = sum(1 for _, (best, last) in ranks if not best and not last)
+        print(f"FedLNS() lowest at both measures in {both} of {len(ranks)} cells with every defence.")
+        for label, index in (("best checkpoint", 0), ("last 10 rounds", 1)):
+            beaten = [f"{cell} ({', '.join(lowers[index])})" for cell, lowers in ranks if lowers[index]]
+            print(
+                f"- {label}: lowest in {len(ranks) - len(beaten)} of {len(ranks)}"
+                + (f"; another defence lower in {'; '.join(beaten)}" if beaten else "")
+            )
     return 0
 
 
