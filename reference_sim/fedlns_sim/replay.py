@@ -46,6 +46,7 @@ from fedlns_core._rules import RuleOutcome, guarded_rule
 from fedlns_core._settings import options
 from fedlns_core._support import SupportOutcome, _unit, recent_rows, support_rule
 
+from .report.stats import kept_attackers_only
 from .runfiles import read_meta, read_records
 
 VARIANTS = ("paper", "max_age:A", "exclude_round", "no_singletons", "guarded:L:S")
@@ -193,7 +194,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
         stamps = np.array([entry[2] for entry in entries], dtype=float)
         bank_scores = np.array([entry[3] for entry in entries])
         if name == "cohort":  # the graph learns from every round, warm-up included
-            history = graph.sides()
+            before = graph  # graphs are immutable: the history before the round's edges
             outcome = cohort_rule(
                 scores,
                 sketches,
@@ -210,8 +211,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 vote=argument if argument in votes else screener.cohort_vote,
                 decide=bool(record.get("active")),
             )
-            voted = outcome.graph.sides()  # the sides the default vote reads (before a fallback replaces outcome)
-            graph = outcome.graph.restricted(list(bank))
+            graph, staged = outcome.graph.restricted(list(bank)), outcome.graph  # staged: what the vote read
         if not record.get("active"):
             continue
         if name == "cohort" and not (isinstance(outcome, CohortOutcome) and outcome.to_support):
@@ -243,6 +243,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
             "recorded_kept": record.get("kept"),
         }
         if name == "cohort":  # each client's side in the graph before the round's edges and with them (+1/-1/0)
+            history, voted = before.sides(), staged.sides()
             decision["sides"] = {c: [history.get(c, 0), voted[c]] for c in clients}
         decisions.append(decision)
     return decisions
@@ -278,7 +279,7 @@ def summarize(decisions: list[dict]) -> dict:
     attackers_only = []
     for d in decisions:
         bad, kept = set(d["malicious"]), set(d["kept"])
-        if kept and kept <= bad:
+        if kept_attackers_only(kept, bad):
             attackers_only.append(d["round"])
         rejected = set(d["clients"]) - kept
         tp += len(rejected & bad)
