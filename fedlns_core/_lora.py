@@ -9,7 +9,10 @@ frozen, so the paper's signature has nothing to read. For a client that changed 
     b_k = || dB[k, :] ||_2   for k = 1..d_out    (row norms: how much output direction k moved)
 
 A DoRA module also learns a magnitude per output direction (``lora_magnitude_vector``, d_out values); its
-change is taken as it is, like a normalization parameter's (eq. ``sig_layer``).
+change is taken as it is, like a normalization parameter's (eq. ``sig_layer``). PEFT's other factor pairs have the
+same shapes and are read the same way: a LoRA embedding (``lora_embedding_A``, (r, vocabulary), and
+``lora_embedding_B``, (d_embed, r): one value per token and per embedding direction) and AdaLoRA's ``lora_A`` and
+``lora_B`` (named without ``.weight``; its r singular values ``lora_E`` are left to the update sketches).
 
 ``d_in + d_out`` numbers per module instead of ``r (d_in + d_out)``, unchanged by any rotation of the rank
 space (``dA -> Q dA``, ``dB -> dB Q^T`` with ``Q`` orthogonal leaves every norm as it is), and linear in the
@@ -31,29 +34,38 @@ import numpy as np
 COLUMN_NORMS, ROW_NORMS = " column norms", " row norms"
 #: PEFT's name of a DoRA module's magnitude vector.
 MAGNITUDE = "lora_magnitude_vector"
-# PEFT's names: "<module>.lora_A.weight" in get_peft_model_state_dict payloads, "<module>.lora_A.<adapter>.weight"
-# in a PeftModel's state_dict.
-_LORA_A = re.compile(r"^(?P<module>.+)\.lora_A(?P<adapter>\.[^.]+)?\.weight$")
+# PEFT's names of the first factor: "<module>.lora_A.weight" in get_peft_model_state_dict payloads and
+# "<module>.lora_A.<adapter>.weight" in a PeftModel's state_dict; an embedding's "<module>.lora_embedding_A" and
+# AdaLoRA's "<module>.lora_A" in payloads, each with ".<adapter>" in a state_dict. The twin has B for A.
+_LORA_A = re.compile(r"^(?P<module>.+)\.(?P<factor>lora_A|lora_embedding_A)(?P<rest>(?:\.[^.]+)?(?:\.weight)?)$")
+
+
+def _adapter(rest: str) -> str:
+    """The ``.<adapter>`` part of what follows a factor's name (``""`` in payloads)."""
+    return rest[: -len(".weight")] if rest.endswith(".weight") else rest
 
 
 def lora_pairs(params: Mapping[str, np.ndarray]) -> list[tuple[str, str]]:
     """The ``(A, B)`` key pairs of every LoRA module in ``params``, sorted by A's key.
 
-    A pair is ``<module>.lora_A[.<adapter>].weight`` with its ``lora_B`` twin; ``ValueError`` when a pair's shapes
-    are not (r, d_in) and (d_out, r) with the same r.
+    A pair is ``<module>.lora_A[.<adapter>].weight`` with its ``lora_B`` twin, or PEFT's other names of the same
+    factors: ``<module>.lora_embedding_A[.<adapter>]`` (a LoRA embedding) and ``<module>.lora_A[.<adapter>]``
+    (AdaLoRA), each with its B twin; ``ValueError`` when a pair's shapes are not (r, d_in) and (d_out, r) with the
+    same r.
 
     Examples
     --------
-    >>> params = {"q.lora_A.weight": np.zeros((4, 10)), "q.lora_B.weight": np.zeros((6, 4)), "q.weight": 0}
+    >>> params = {"q.lora_A.weight": np.zeros((4, 10)), "q.lora_B.weight": np.zeros((6, 4)), "q.weight": 0,
+    ...           "wte.lora_embedding_A": np.zeros((4, 50)), "wte.lora_embedding_B": np.zeros((6, 4))}
     >>> lora_pairs(params)
-    [('q.lora_A.weight', 'q.lora_B.weight')]
+    [('q.lora_A.weight', 'q.lora_B.weight'), ('wte.lora_embedding_A', 'wte.lora_embedding_B')]
     """
     pairs = []
     for key in sorted(params):
         found = _LORA_A.match(key)
         if found is None:
             continue
-        twin = f"{found['module']}.lora_B{found['adapter'] or ''}.weight"
+        twin = f"{found['module']}.{found['factor'][:-1]}B{found['rest']}"
         if twin not in params:
             continue
         a, b = np.shape(params[key]), np.shape(params[twin])
@@ -75,7 +87,7 @@ def lora_entries(pairs: Iterable[tuple[str, str]], params: Mapping[str, np.ndarr
         entries.append((b + ROW_NORMS, b, "rows", d_out))
         found = _LORA_A.match(a)
         assert found is not None  # pairs holds only names _LORA_A matched
-        module, adapter = found["module"], found["adapter"] or ""
+        module, adapter = found["module"], _adapter(found["rest"])
         for magnitude in (f"{module}.{MAGNITUDE}{adapter}.weight", f"{module}.{MAGNITUDE}"):
             if magnitude in params and np.shape(params[magnitude]) == (d_out,):
                 entries.append((magnitude, magnitude, "magnitude", d_out))

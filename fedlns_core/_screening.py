@@ -126,6 +126,16 @@ class ScreeningResult:
                 stacklevel=2,
             )
             aggregator = aggregator if aggregator is not None else rule
+        if aggregator is not None and not callable(aggregator):
+            hint = (
+                " (the weights are the screened round's num_examples: pass none here)"
+                if isinstance(aggregator, Mapping)
+                else ""
+            )
+            raise TypeError(
+                f"aggregator must be a callable aggregator(updates, num_examples) -> update, got "
+                f"{type(aggregator).__name__}{hint}"
+            )
         if not self.retained:
             return {key: np.array(value, copy=True) for key, value in check_global_params(global_params).items()}
         absent = [client_id for client_id in self.retained if client_id not in client_params]

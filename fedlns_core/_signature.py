@@ -294,8 +294,8 @@ def signature_layout(
     pairs = lora_pairs(global_params) if signature in ("auto", "lora") else []
     if signature == "lora" and not pairs:
         raise ValueError(
-            f"signature='lora' needs LoRA factors (<module>.lora_A.weight with its lora_B twin) in "
-            f"the payload; got keys such as {sorted(global_params)[:3]}"
+            f"signature='lora' needs LoRA factors (PEFT's <module>.lora_A[.weight] or <module>.lora_embedding_A "
+            f"with its B twin) in the payload; got keys such as {sorted(global_params)[:3]}"
         )
     norms: tuple[str, ...] = ()
     if signature == "norm":
@@ -306,10 +306,10 @@ def signature_layout(
         except ValueError:
             if not pairs:
                 raise ValueError(
-                    f"signature='auto' found neither LoRA factors (<module>.lora_A.weight with its "
-                    f"lora_B twin) nor normalization parameters ({selector!r}) among the payload's "
-                    f"keys, such as {sorted(global_params)[:3]}; pass selector= or "
-                    f"signature="
+                    f"signature='auto' found neither LoRA factors (PEFT's <module>.lora_A[.weight] or "
+                    f"<module>.lora_embedding_A with its B twin) nor normalization parameters ({selector!r}) "
+                    f"among the payload's keys, such as {sorted(global_params)[:3]}; name the per-channel "
+                    "parameters to read with selector=NormSelector(patterns=...) (e.g. r'\\.ia3_l$' for IA3)"
                 ) from None
         if (
             pairs

@@ -81,6 +81,28 @@ def test_auto_finds_lora_factors_with_or_without_the_adapter_name(adapter):
     assert result.signature == "lora" and all(key.endswith("norms") for key in result.signature_keys)
 
 
+@pytest.mark.parametrize("adapter", ["", ".default"])
+def test_peft_embedding_and_adalora_factors_are_pairs_too(adapter):
+    """PEFT's other names of the same (r, d_in) and (d_out, r) factors: a LoRA embedding (``lora_embedding_A``, one
+    column per token) and AdaLoRA (``lora_A`` without ``.weight``); payload names and state-dict names alike."""
+    rng = np.random.default_rng(5)
+    g = {f"embed.lora_embedding_A{adapter}": rng.normal(size=(4, 50)).astype(np.float32),
+         f"embed.lora_embedding_B{adapter}": rng.normal(size=(8, 4)).astype(np.float32),
+         f"q.lora_A{adapter}": rng.normal(size=(3, 8)).astype(np.float32),
+         f"q.lora_B{adapter}": rng.normal(size=(6, 3)).astype(np.float32),
+         f"q.lora_E{adapter}": np.ones((3, 1), np.float32),
+         "embed.lora_embedding_A_other": np.zeros((4, 50), np.float32)}   # not a factor's name
+    assert lora_pairs(g) == [(f"embed.lora_embedding_A{adapter}", f"embed.lora_embedding_B{adapter}"),
+                             (f"q.lora_A{adapter}", f"q.lora_B{adapter}")]
+    client = {k: v.copy() for k, v in g.items()}
+    client[f"embed.lora_embedding_A{adapter}"][:, 17] += [0.0, 3.0, 4.0, 0.0]   # token 17's column moves by 5
+    keys, rows = FedLNS(signature="lora").client_signatures(g, {"c": client})
+    assert keys == (f"embed.lora_embedding_A{adapter} column norms", f"embed.lora_embedding_B{adapter} row norms",
+                    f"q.lora_A{adapter} column norms", f"q.lora_B{adapter} row norms")
+    assert rows["c"].shape == (50 + 8 + 8 + 6,) and np.flatnonzero(rows["c"]).tolist() == [17]
+    assert rows["c"][17] == pytest.approx(5.0)
+
+
 def test_auto_uses_both_when_norms_are_trained_and_lora_alone_when_they_come_back_unchanged():
     rng = np.random.default_rng(2)
     g = with_norms(lora_payload(rng), rng)

@@ -116,6 +116,55 @@ def test_lora_signature_entries_are_what_adapter_and_core_read(architecture, dor
     assert sources == set(names) and not rows[0].any()
 
 
+@pytest.mark.parametrize("kind", ["embedding", "adalora"])
+def test_lora_signature_reads_embedding_and_adalora_factors(kind):
+    """LoRA on the token embedding (``lora_embedding_A``/``_B``) and AdaLoRA (``lora_A``/``lora_B`` without
+    ``.weight``) are LoRA factors for ``signature="auto"``: an attacker that moves only the embedding adapter shows
+    in its column norms, and a round of AdaLoRA payloads screens without an error."""
+    base = _base("llama")
+    if kind == "embedding":
+        config = LoraConfig(r=2, target_modules=["q_proj", "v_proj", "embed_tokens"])
+    else:
+        config = peft.AdaLoraConfig(r=2, target_modules=["q_proj", "v_proj"], total_step=10)
+    model = get_peft_model(base, config)
+    payload = peft_state_dict_to_numpy(model)
+    names = lora_parameter_names(model)
+    suffixes = ("lora_embedding_A", "lora_embedding_B") if kind == "embedding" else (".lora_A", ".lora_B")
+    factors = [key for key in payload if key.endswith(suffixes)]
+    assert factors and set(factors) <= set(names)
+    rng = np.random.default_rng(0)
+    clients = {i: {key: value + 1e-3 * rng.standard_normal(value.shape).astype(value.dtype)
+                   for key, value in payload.items()} for i in range(8)}
+    keys, rows = FedLNS().client_signatures(payload, clients)
+    assert {key.split(" ")[0] for key in keys} == set(names)
+    if kind == "embedding":  # client 7 moves only the embedding adapter's A, by 1 in every value
+        embedding_a = next(key for key in factors if key.endswith("lora_embedding_A"))
+        clients[7] = {**payload, embedding_a: payload[embedding_a] + 1.0}
+        keys, rows = FedLNS().client_signatures(payload, clients)
+        sizes = [payload[key.split(" ")[0]].shape[1 if key.endswith("column norms") else 0] for key in keys]
+        start = sum(sizes[: keys.index(f"{embedding_a} column norms")])
+        tokens = slice(start, start + payload[embedding_a].shape[1])
+        np.testing.assert_allclose(rows[7][tokens], np.sqrt(payload[embedding_a].shape[0]), rtol=1e-6)
+        assert np.count_nonzero(rows[7]) == payload[embedding_a].shape[1]
+    result = FedLNS(activation_threshold=0, random_state=0).screen(payload, clients, {i: 10 for i in clients})
+    assert result.signature == "lora" and len(result.retained) + len(result.rejected) == len(clients)
+
+
+def test_ia3_vectors_are_read_when_the_selector_names_them():
+    """IA3 sends per-channel scaling vectors, neither LoRA factors nor norms: ``"auto"`` says so and what to pass,
+    and with a selector that names them they are read as a normalization parameter's change is."""
+    model = get_peft_model(_base("llama"), peft.IA3Config(target_modules=["k_proj", "v_proj", "down_proj"],
+                                                          feedforward_modules=["down_proj"]))
+    payload = peft_state_dict_to_numpy(model)
+    clients = {i: {key: value + 1e-3 * (i + 1) * np.ones_like(value) for key, value in payload.items()}
+               for i in range(4)}
+    with pytest.raises(ValueError, match=r"found neither LoRA factors .* selector=NormSelector\(patterns=\.\.\.\)"):
+        FedLNS().screen(payload, clients, {i: 1 for i in clients})
+    screener = FedLNS(selector=NormSelector(patterns=[r"\.ia3_l$"]), activation_threshold=0, random_state=0)
+    result = screener.screen(payload, clients, {i: 1 for i in clients})
+    assert result.signature == "norm" and set(result.signature_keys) == set(payload)
+
+
 def test_ln_tuning_payload_norm_entries_are_what_adapter_and_core_select(architecture):
     model = ln_tuning(architecture)
     payload = get_peft_model_state_dict(model)

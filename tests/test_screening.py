@@ -263,6 +263,9 @@ def test_rule_composes_with_another_aggregator():
     with pytest.warns(FutureWarning, match="aggregator="):      # the keyword's former name still works
         old = result.aggregate(g, clients, rule=coordinate_median)
     assert all(np.array_equal(old[k], new[k]) for k in g)
+    # weighted_average's order (global, clients, weights) does not carry over: the counts are the screen's
+    with pytest.raises(TypeError, match="got dict \\(the weights are the screened round's num_examples"):
+        result.aggregate(g, clients, counts_for(clients))
 
 
 def test_inputs_are_never_mutated():
