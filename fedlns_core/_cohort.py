@@ -141,16 +141,16 @@ def round_parts(
     return RoundParts(first, within, across, True)
 
 
-def _best_cut(cosines: np.ndarray, separation: float, dimension: int | None) -> tuple[np.ndarray, float, float] | None:
-    """The most coherent core apart from the rest (:func:`round_parts`, before the significance test): (first,
-    within, across), or None."""
+def _tree_groups(cosines: np.ndarray, dimension: int | None):
+    """Every group of the average-linkage tree of a round of at least two clients and fewer than all: yields
+    (members, within, across, coherent), with the mean cosines within the group and between it and the rest, and
+    whether it is coherent (:func:`round_parts`)."""
     n = cosines.shape[0]
     tree = average_linkage(cosines)
     row_sums = cosines.sum(axis=1) - np.diag(cosines)
     members: list[np.ndarray] = [np.array([i]) for i in range(n)]
     inner = [0.0] * n  # sum of cosines between distinct members, per tree node
     to_node = list(cosines)  # per tree node: each client's summed cosine to its members
-    best = None  # (coherence, members, within, across)
     for left, right, _, _ in tree:
         a, b = int(left), int(right)
         group = np.concatenate([members[a], members[b]])
@@ -164,14 +164,51 @@ def _best_cut(cosines: np.ndarray, separation: float, dimension: int | None) -> 
         within = total / (size * (size - 1))
         across = (float(row_sums[group].sum()) - total) / (size * (n - size))
         chance = 0.0 if dimension is None else 4.0 / np.sqrt(dimension * size * (size - 1) / 2)
-        coherent = within >= max(MIN_COHERENCE, chance)
-        if coherent and across < separation * within and (best is None or size * within > best[0]):
-            best = (size * within, group, within, across)
+        yield group, within, across, within >= max(MIN_COHERENCE, chance)
+
+
+def _best_cut(cosines: np.ndarray, separation: float, dimension: int | None) -> tuple[np.ndarray, float, float] | None:
+    """The most coherent core apart from the rest (:func:`round_parts`, before the significance test): (first,
+    within, across), or None."""
+    best = None  # (coherence, members, within, across)
+    for group, within, across, coherent in _tree_groups(cosines, dimension):
+        if coherent and across < separation * within and (best is None or group.size * within > best[0]):
+            best = (group.size * within, group, within, across)
     if best is None:
         return None
-    first = np.zeros(n, dtype=bool)
+    first = np.zeros(cosines.shape[0], dtype=bool)
     first[best[1]] = True
     return first, best[2], best[3]
+
+
+def confirmed_cut(
+    cosines: np.ndarray, sides: Sequence[int], dimension: int | None = None
+) -> tuple[np.ndarray, float, float] | None:
+    """``cohort_cut="confirmed"``: in a round whose parts are not apart, the group the history singles out.
+
+    Of the tree's coherent groups (:func:`round_parts`) that agree more within than with the rest (``across <
+    within``, a weaker bar than ``separation``), those whose members ``sides`` (+1 majority cohort, -1 minority,
+    0 unplaced; the graph before the round) places outside the majority, at least two of them in the minority,
+    while it places nobody outside them in the minority; the most coherent (size times mean cosine within) is
+    returned as (first, within, across), else None. Where updates share a large common part (a model trained
+    from scratch: BERT's rounds have cosines of 0.4-0.6 between honest and corrupted updates, above half of the
+    0.7-0.8 within each kind), the round's geometry alone never counts the cut the history has already made.
+
+    >>> c = np.array([[1.0, 0.8, 0.5, 0.5], [0.8, 1.0, 0.5, 0.5], [0.5, 0.5, 1.0, 0.7], [0.5, 0.5, 0.7, 1.0]])
+    >>> confirmed_cut(c, [-1, -1, 1, 0])[0].tolist()
+    [True, True, False, False]
+    >>> confirmed_cut(c, [-1, 1, 1, 0]) is None   # the history splits the group
+    True
+    """
+    side = np.asarray(sides)
+    best = None
+    for group, within, across, coherent in _tree_groups(cosines, dimension):
+        inside = np.zeros(side.size, dtype=bool)
+        inside[group] = True
+        singled_out = (side[inside] <= 0).all() and int((side[inside] < 0).sum()) >= 2 and (side[~inside] >= 0).all()
+        if coherent and across < within and singled_out and (best is None or group.size * within > best[0]):
+            best = (group.size * within, inside, within, across)
+    return None if best is None else (best[1], best[2], best[3])
 
 
 def cut_effect(cosines: np.ndarray, first: np.ndarray) -> tuple[float, float]:
@@ -317,6 +354,7 @@ def cohort_rule(
     undecided: str = "keep",
     dimension: int | None = None,
     significant: bool = False,
+    confirm: bool = False,
     vote: str = "round",
     decide: bool = True,
 ) -> CohortOutcome:
@@ -339,6 +377,9 @@ def cohort_rule(
         round (``CohortOutcome.to_support``) to the support rule; here it keeps everyone.
     significant : bool, default=False
         Count only cuts wider than chance (:func:`round_parts`; ``FedLNS(cohort_cut="significant")``).
+    confirm : bool, default=False
+        In a round whose parts are not apart, reject the group the history singles out (:func:`confirmed_cut`;
+        ``FedLNS(cohort_cut="confirmed")``). It adds no edges to the graph: only cuts apart by the updates do.
     vote : {"round", "history", "strong"}, default="round"
         Read the members' sides from the graph with this round's edges (``"round"``), or from the graph before
         them, placing with them only the ids it leaves unplaced (``"history"``), or ``"history"`` for a cut whose
@@ -387,6 +428,19 @@ def cohort_rule(
                     f"across, {cut.within:.3g} within) whose clients' history places them outside "
                     f"the population's majority cohort (vote {votes[lower]:+d} of "
                     f"{int(members[lower].sum())})"
+                )
+    if cut is None and confirm and decide and parts is not None:
+        history = before.updated(ids, None, decay).sides()
+        confirmed = confirmed_cut(cosines, [history[client_id] for client_id in ids], dimension)
+        if confirmed is not None:
+            first, within, across = confirmed
+            kept = ~first
+            minority = sum(history[client_id] < 0 for client_id, m in zip(ids, first) if m)
+            for i in np.flatnonzero(first).tolist():
+                reasons[i] = (
+                    f"in a group of the round that agrees more within (mean cosine {within:.3g}) than with the rest "
+                    f"({across:.3g}), not apart, whose clients the history places outside the population's majority "
+                    f"cohort ({minority} of {int(first.sum())} in the minority) and nobody else in the minority"
                 )
     support = np.full(n, np.nan)
     for i in range(n):

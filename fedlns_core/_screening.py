@@ -367,13 +367,18 @@ class FedLNS:
         ``max_groups`` applies), kept whole (``"keep"``) or not aggregated at all (``"hold"``). Attackers apart
         only in the rounds they hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds
         the honest clients of those rounds and of split clean non-IID rounds (``docs/results/cohort``).
-    cohort_cut : {"tree", "significant"}, default="tree"
+    cohort_cut : {"tree", "significant", "confirmed"}, default="tree"
         ``"cohort"`` only: which cuts of a round count. ``"tree"``: every group the average-linkage tree finds
         that is coherent and apart (``separation``). ``"significant"``: only a cut wider than the cut the tree
         makes in 99 simulated rounds of exchangeable clients as alike as the round's (``docs/concepts.md``). It
         stops the false cuts of weakly agreeing honest updates (a small masked model's LoRA updates: 39-41% of
         honest BERT updates rejected without attackers under ``"tree"``, none under it), but gives white-box
         attackers room: blended with honest updates, their cut stays under chance (``docs/results/cut-test``).
+        ``"confirmed"``: the tree's cuts, and in a round without one, the group that agrees more within than with
+        the rest and that the history (the cohort graph before the round) places outside the majority cohort, at
+        least two of it in the minority and nobody else there, is rejected too (no edges added): updates of a model
+        trained from scratch share so much that honest and corrupted ones are rarely apart by ``separation``
+        (BERT, ``docs/results/confirmed-cut``). Opt-in, measured on a few cells only.
     cohort_vote : {"round", "history", "strong"}, default="round"
         ``"cohort"`` only: which graph the parts' votes read their members' sides from. ``"round"``: the graph
         with the round's own edges in it, so a client seen for the first time is placed by whom it sided with,
@@ -703,6 +708,7 @@ class FedLNS:
                 decay=settings["cohort_decay"],
                 undecided=settings["cohort_undecided"],
                 significant=settings["cohort_cut"] == "significant",
+                confirm=settings["cohort_cut"] == "confirmed",
                 vote=settings["cohort_vote"],
                 decide=not warming_up,
             )

@@ -211,6 +211,53 @@ def test_the_votes_on_a_weak_honest_cut_on_attackers_and_on_sleepers(vote):
     )
 
 
+def test_a_confirmed_cut_rejects_only_the_group_the_history_singles_out():
+    """A round whose two kinds share most of their update (cosine 0.5 across, 0.75 within: not apart at
+    separation 0.5). With ``confirm`` the group the history already places in the minority is rejected and the
+    graph gets no edges from it; a group of ids the history has not placed, or that it splits, is kept."""
+    from fedlns_core._cohort import cohort_rule, confirmed_cut
+
+    rng = np.random.default_rng(7)
+    shared, honest, attack = (rng.standard_normal(DIM) for _ in range(3))
+    rows = [1.6 * shared + honest + 0.6 * rng.standard_normal(DIM) for _ in range(7)]
+    rows += [1.6 * shared + attack + 0.6 * rng.standard_normal(DIM) for _ in range(3)]
+    cosines = _cosines(rows)
+    assert not round_parts(cosines, separation=0.5).apart
+    ids = list(range(10))
+    history = CohortGraph().updated(ids + [20, 21], np.array([True] * 7 + [False] * 3 + [True, True]), 1.0)
+    assert [history.sides()[i] for i in ids] == [1] * 7 + [-1] * 3
+
+    def outcome(graph, confirm=True):
+        return cohort_rule(np.ones(10), np.stack(rows), ids, graph, np.arange(12.0), np.ones(12), recent=12,
+                           separation=0.5, loud_separation=6.0, decay=0.9, dimension=DIM, confirm=confirm)
+
+    confirmed = outcome(history)
+    assert confirmed.retained.tolist() == [True] * 7 + [False] * 3
+    assert "not apart" in confirmed.reasons[9] and "3 of 3 in the minority" in confirmed.reasons[9]
+    np.testing.assert_array_equal(confirmed.graph.weights, outcome(history, confirm=False).graph.weights)
+    assert outcome(history, confirm=False).retained.all()
+    assert outcome(CohortGraph()).retained.all()  # nobody placed yet
+    first, _, _ = confirmed_cut(cosines, [1] * 7 + [-1, 1, -1])  # the history splits the group: its placed part
+    assert np.flatnonzero(first).tolist() == [7, 9]
+    assert confirmed_cut(cosines, [1] * 7 + [-1, 1, 1]) is None  # one id in the minority: no group
+    assert confirmed_cut(cosines, [1] * 6 + [-1, -1, -1, -1]) is None  # a minority id outside it: no cut
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_confirmed_cut_catches_attackers_whose_updates_share_most_with_the_honest_ones(seed):
+    """Rounds whose updates share a large common part (a model trained from scratch) split only now and then; the
+    history those rounds build singles the attackers out in the rounds that do not."""
+    tallies = {
+        cut: _tally(FedLNS.for_federation(60, 10, random_state=seed, cohort_cut=cut),
+                    _LoraLikeFederation(seed=seed, common=1.0, spread=0.8), 40)[0]
+        for cut in ("tree", "confirmed")
+    }
+    tree, confirmed = tallies["tree"], tallies["confirmed"]
+    attackers = tree[0] + tree[1]  # the same rounds for both: the federation's draws do not depend on the screen
+    assert confirmed[0] + confirmed[1] == attackers and confirmed[1] - tree[1] >= 0.1 * attackers, tallies
+    assert confirmed[3] <= tree[3], tallies
+
+
 def test_the_round_vote_stays_the_default():
     assert FedLNS().cohort_vote == "round" and FedLNS(cohort_vote="history").cohort_vote == "history"
     with pytest.raises(ValueError, match="cohort_vote"):
@@ -224,22 +271,24 @@ class _LoraLikeFederation:
     updates across rounds and fails here (docs/results/lora-matrix/lockin); the cohort rule compares them only
     within their round."""
 
-    def __init__(self, population=60, fraction=0.4, seed=0):
+    def __init__(self, population=60, fraction=0.4, seed=0, common=0.0, spread=1.2):
         self.rng = np.random.default_rng(seed)
         self.population = population
         self.attackers = set(range(int(fraction * population)))
         self.attack = self.rng.standard_normal(DIM)
+        self.common, self.spread = common, spread  # common: weight of a direction every update of the round shares
         self.global_params = {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}
 
     def round(self, per_round=10):
         ids = sorted(int(i) for i in self.rng.choice(self.population, per_round, replace=False))
         direction = self.rng.standard_normal(DIM)
+        shared = self.rng.standard_normal(DIM) if self.common else 0.0
         clients = {}
         for i in ids:
             base = self.attack if i in self.attackers else direction
             clients[i] = {
                 "h.0.ln_1.weight": 1 + 0.01 * self.rng.standard_normal(8),
-                "h.0.attn.weight": base + 1.2 * self.rng.standard_normal(DIM),
+                "h.0.attn.weight": self.common * shared + base + self.spread * self.rng.standard_normal(DIM),
             }
         return clients
 

@@ -351,6 +351,34 @@ def test_cut_blend_sends_the_least_honest_blend_whose_cut_does_not_count():
     assert cut(sent, False).apart and np.allclose(blend(sent), 0.9, atol=1e-4)
 
 
+def test_cut_blend_against_the_confirmed_cut_also_hides_the_group_the_history_could_single_out():
+    """Poison that shares most of the honest update (a model trained from scratch): the tree does not cut it
+    unblended; against ``cohort_cut="confirmed"`` the attackers blend until no group of theirs agrees more within
+    than with the rest, the history assumed at its worst for them (every attacker in the minority)."""
+    from fedlns_core._cohort import confirmed_cut, round_parts
+
+    rng = np.random.default_rng(5)
+    dim, shared, poison = 400, rng.standard_normal(400), rng.standard_normal(400)
+    global_params = {"w": np.zeros(dim, dtype=np.float32)}
+    clients = {c: {"w": (shared + 0.6 * rng.standard_normal(dim)).astype(np.float32)} for c in range(6)}
+    clients.update({c: {"w": (shared + poison + 0.3 * rng.standard_normal(dim)).astype(np.float32)}
+                    for c in range(6, 10)})
+    malicious, sides = [6, 7, 8, 9], [1] * 6 + [-1] * 4
+
+    def cosines(params):
+        rows = np.stack([params[c]["w"].astype(np.float64) for c in range(10)])
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        return rows @ rows.T
+
+    assert not round_parts(cosines(clients), separation=0.5).apart and confirmed_cut(cosines(clients), sides)
+    tree = make_attack("cut_blend", TOKENIZER, _config()).craft(global_params, clients, malicious, (), rng)
+    assert all(np.array_equal(tree[c]["w"], clients[c]["w"]) for c in malicious)  # nothing to hide from the tree
+    sent = make_attack("cut_blend", TOKENIZER, _config(cohort_cut="confirmed")).craft(
+        global_params, clients, malicious, (), rng)
+    assert confirmed_cut(cosines(sent), sides) is None and not round_parts(cosines(sent), separation=0.5).apart
+    assert not any(np.array_equal(sent[c]["w"], clients[c]["w"]) for c in malicious)
+
+
 def test_half_blend_leans_each_attacker_towards_a_different_half_of_the_honest_updates():
     rng = np.random.default_rng(7)
     honest = rng.standard_normal((6, 50))

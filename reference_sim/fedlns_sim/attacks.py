@@ -652,7 +652,10 @@ class CutBlend(TargetCorruption):
     server's ``cohort_cut``, on the updates' exact cosines) no longer counts. White-box against the cut's
     significance test: each attacker leaning towards another honest client spreads the attackers' cosines to the
     honest ones, which widens the spread the cut's gap is measured in, while the shared poison keeps most of its
-    weight. Where no ``lam`` below 1 hides the cut, the attackers send the largest one (the most honest-looking
+    weight. Against ``cohort_cut="confirmed"`` the blend must also leave no group of attackers that
+    ``fedlns_core._cohort.confirmed_cut`` would reject if the history already placed every attacker in the
+    minority and every honest client in the majority (the attackers' worst case: they cannot read the server's
+    graph). Where no ``lam`` below 1 hides the cut, the attackers send the largest one (the most honest-looking
     poison)."""
 
     name = "cut_blend"
@@ -660,7 +663,7 @@ class CutBlend(TargetCorruption):
 
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
         from fedlns_core import FedLNS
-        from fedlns_core._cohort import round_parts
+        from fedlns_core._cohort import confirmed_cut, round_parts
         from fedlns_core._support import _unit
 
         benign = [c for c in client_params if c not in malicious]
@@ -670,13 +673,15 @@ class CutBlend(TargetCorruption):
         honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
         poisoned = [_flat(_updates(global_params, client_params[c]), keys) for c in malicious]
         separation = FedLNS().separation
-        significant = self.config is not None and self.config.cohort_cut == "significant"  # the server's setting
+        cut = "tree" if self.config is None else self.config.cohort_cut  # the server's setting
+        sides = [1] * len(benign) + [-1] * len(malicious)  # for "confirmed": the history at its worst for them
         targets = self.blend_targets(honest, len(malicious), rng)
         for lam in self.GRID:
             crafted = [(1 - lam) * p + lam * target for p, target in zip(poisoned, targets)]
             units = _unit(np.vstack([honest, np.stack(crafted)]))
-            parts = round_parts(units @ units.T, separation=separation, significant=significant)
-            if parts is None or not parts.apart:
+            cosines = units @ units.T
+            parts = round_parts(cosines, separation=separation, significant=cut == "significant")
+            if (parts is None or not parts.apart) and (cut != "confirmed" or confirmed_cut(cosines, sides) is None):
                 break
         return {
             **client_params,

@@ -83,7 +83,7 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 # fedlns_core's mixture solvers, cohort cuts and cohort votes (its settings table; a test keeps them equal): not
 # imported here, because reading run files must not need the core's numerical stack.
 MIXTURE_SOLVERS = ("fast", "sklearn")
-COHORT_CUTS = ("tree", "significant")
+COHORT_CUTS = ("tree", "significant", "confirmed")
 COHORT_VOTES = ("round", "history", "strong")
 
 
@@ -187,8 +187,8 @@ class Config:
     # shows them as fedlns_support, the method that runs that rule now)
     cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold
     # (keep for runs archived before the setting: LEGACY)
-    cohort_cut: str = "tree"  # fedlns_default's FedLNS(cohort_cut=...): tree | significant; also what cut_blend and
-    # half_blend attack, so it names every method's runs
+    cohort_cut: str = "tree"  # fedlns_default's FedLNS(cohort_cut=...): tree | significant | confirmed; also what
+    # cut_blend and half_blend attack, so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
     cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong

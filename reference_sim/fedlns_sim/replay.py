@@ -22,8 +22,8 @@ run's own: a check, it must reproduce the recorded decisions):
 
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
-``cohort:C``       the same with ``cohort_cut=C`` (``tree`` or ``significant``) or ``cohort_vote=C`` (``round``,
-                   ``history`` or ``strong``) instead of the run's own
+``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant`` or ``confirmed``) or ``cohort_vote=C``
+                   (``round``, ``history`` or ``strong``) instead of the run's own
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -208,6 +208,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 decay=screener.cohort_decay,
                 undecided=screener.cohort_undecided,
                 significant=(argument if argument in cuts else screener.cohort_cut) == "significant",
+                confirm=(argument if argument in cuts else screener.cohort_cut) == "confirmed",
                 vote=argument if argument in votes else screener.cohort_vote,
                 decide=bool(record.get("active")),
             )
