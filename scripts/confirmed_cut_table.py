@@ -2,8 +2,8 @@
 the default (``cohort_cut="tree"``), FedAvg, clean FedAvg and the oracle in each cell, and the criteria of its
 ``PLAN.md``, each met or missed.
 
-Reads runs folders or results folders holding their archive (``scripts/results_confirmed_cut.sh``); a run in more
-than one folder is read from the first.
+Reads runs folders or results folders holding their archive (``scripts/results_confirmed_cut.sh``), one per preset,
+named after it (``quick``, ``lora``, ``cpu``: the rows' first column); a run in more than one is read from the first.
 
 Usage: python scripts/confirmed_cut_table.py RUNS [RUNS ...]
 """
@@ -11,6 +11,7 @@ Usage: python scripts/confirmed_cut_table.py RUNS [RUNS ...]
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from cohort_vote_table import rates, text, worse  # scripts/, beside this one
 from fedlns_sim.report.load import load_runs
@@ -22,7 +23,7 @@ CUTS = ("tree", "confirmed")  # the default's cut, the variant's
 
 
 def gather(sources: list[str]) -> dict:
-    """(preset, family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a cut: run}."""
+    """(folder, family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a cut: run}."""
     cells: dict = {}
     for source in sources:
         for run in load_runs(source):
@@ -34,8 +35,7 @@ def gather(sources: list[str]) -> dict:
             elif method not in ("fedavg", "oracle"):
                 continue
             attack = "-" if run["fraction"] == 0 or method == "oracle" else run["attack"]
-            preset = "lora" if run["peft"] else "full model"
-            key = (preset, run["family"], run["partition"], run["fraction"], attack, run["seed"])
+            key = (Path(source).name, run["family"], run["partition"], run["fraction"], attack, run["seed"])
             cells.setdefault(key, {}).setdefault(method, run)
     return cells
 
@@ -47,14 +47,14 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
     if ours is None or default is None:
         return
     name = f"{preset} {family} {partition} {fraction:.0%} {attack} seed {seed}"
-    if preset == "full model" and family == "bert":
+    if preset in ("quick", "cpu") and family == "bert":
         tpr = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])["tpr"]
         checks.setdefault("(a) full-model BERT: TPR at least 0.9", []).append((f"{name}: {tpr:.2f}", tpr >= 0.9))
         checks.setdefault("(a) full-model BERT: best checkpoint no higher than the default's", []).append(
             (f"{name}: {ours['perplexity']:.1f} against {default['perplexity']:.1f}",
              ours["perplexity"] <= default["perplexity"])
         )
-    elif preset == "full model":
+    elif preset in ("quick", "cpu"):
         checks.setdefault("(b) full-model GPT and LLaMA: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
         )
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
     cells = gather(argv)
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; attackers-only rounds after activation.\n")
     print(
-        "| payload | family | partition | malicious | attack | seed | clean | oracle | FedAvg | default (tree) "
+        "| preset | family | partition | malicious | attack | seed | clean | oracle | FedAvg | default (tree) "
         "| confirmed | TPR / FPR tree | confirmed | attackers-only rounds tree / confirmed |"
     )
     print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
