@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
-# Resumable (finished runs are skipped). Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|cpu|all]
+# Resumable (finished runs are skipped). Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|all]
 set -euo pipefail
-runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|cpu|all]}"
+runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|all]}"
 step="${2:-all}"
 sim=".venv/bin/fedlns-sim"
 common=(--jobs 2 --no-progress)
@@ -13,20 +13,29 @@ if [[ $step == quick || $step == all ]]; then  # full-model training from scratc
   "$sim" sweep "${quick[@]}" --methods fedlns_default --no-references --set cohort_cut=confirmed --out "$runs/quick"
 fi
 
+lora=(--preset lora "${common[@]}" --families gpt --set peft_norms=false --set signature=auto --set learning_rate=1e-2)
 if [[ $step == lora || $step == all ]]; then  # adapters only, GPT IID, seed 100: attacks written against the rule
-  lora=(--preset lora "${common[@]}" --families gpt --seeds 100 --set peft_norms=false --set signature=auto
-        --set learning_rate=1e-2)
   for cut in tree confirmed; do
-    "$sim" sweep "${lora[@]}" --partitions iid --fractions 0.4 --methods fedlns_default \
+    "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.4 --methods fedlns_default \
         --attacks cut_blend,sleeper,majority_only --no-references --set cohort_cut="$cut" --out "$runs/lora"
-    "$sim" sweep "${lora[@]}" --partitions iid --fractions 0.2 --methods fedlns_default \
+    "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.2 --methods fedlns_default \
         --attacks target_corruption --no-references --set cohort_cut="$cut" --out "$runs/lora"
-    "$sim" sweep "${lora[@]}" --partitions noniid --fractions 0 --methods fedlns_default --no-references \
+    "$sim" sweep "${lora[@]}" --seeds 100 --partitions noniid --fractions 0 --methods fedlns_default --no-references \
         --set cohort_cut="$cut" --out "$runs/lora"
   done
-  "$sim" sweep "${lora[@]}" --partitions iid --fractions 0.4 --methods fedavg --attacks sleeper --out "$runs/lora"
-  "$sim" sweep "${lora[@]}" --partitions iid --fractions 0.2 --methods fedavg --attacks target_corruption \
+  "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.4 --methods fedavg --attacks sleeper \
       --out "$runs/lora"
+  "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.2 --methods fedavg --attacks target_corruption \
+      --out "$runs/lora"
+fi
+
+if [[ $step == blend || $step == all ]]; then  # the follow-up: the attacks written against the cut, more seeds
+  for cut in tree confirmed; do
+    "$sim" sweep "${lora[@]}" --partitions iid --fractions 0.4 --methods fedlns_default --attacks cut_blend \
+        --seeds 200,300 --no-references --set cohort_cut="$cut" --out "$runs/lora"
+    "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.4 --methods fedlns_default --attacks half_blend \
+        --no-references --set cohort_cut="$cut" --out "$runs/lora"
+  done
 fi
 
 if [[ $step == cpu || $step == all ]]; then  # the cpu preset's BERT (docs/attacks.md, "Where it fails: BERT")
