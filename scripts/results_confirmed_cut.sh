@@ -33,8 +33,8 @@ if [[ $step == blend || $step == all ]]; then  # the follow-up: the attacks writ
   for cut in tree confirmed; do
     "$sim" sweep "${lora[@]}" --partitions iid --fractions 0.4 --methods fedlns_default --attacks cut_blend \
         --seeds 200,300 --no-references --set cohort_cut="$cut" --out "$runs/lora"
-    "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.4 --methods fedlns_default --attacks half_blend \
-        --no-references --set cohort_cut="$cut" --out "$runs/lora"
+    "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.4 --methods fedlns_default \
+        --attacks half_blend --no-references --set cohort_cut="$cut" --out "$runs/lora"
   done
 fi
 
