@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 from fedlns_sim.report.load import load_runs
 from fedlns_sim.report.stats import detection_rates
@@ -24,21 +25,23 @@ VOTES = ("history", "strong")  # the votes studied; "round" is the default
 AGAINST = ("sleeper", "majority_only", "cut_blend", "half_blend")  # the attacks written against the votes
 
 
-def gather(sources: list[str]) -> dict:
-    """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a vote: run}."""
+def gather(sources: list[str], setting: str = "cohort_vote", default: str = "round", by_folder: bool = False) -> dict:
+    """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a value of ``setting``: run}:
+    ``FedLNS()``'s runs are told apart by their ``setting`` (``default`` for runs made before it existed). With
+    ``by_folder`` the key starts with the name of the folder the run came from."""
     cells: dict = {}
     for source in sources:
         for run in load_runs(source):
             method = run["method"]
             if method == OURS:
-                method = run["config"].get("cohort_vote", "round")  # runs made before the setting: "round"
+                method = run["config"].get(setting, default)
             elif method == "fedavg" and run["fraction"] == 0:
                 method = "clean"
             elif method not in ("fedavg", "oracle"):
                 continue
             attack = "-" if run["fraction"] == 0 or method == "oracle" else run["attack"]
-            cell = cells.setdefault((run["family"], run["partition"], run["fraction"], attack, run["seed"]), {})
-            cell.setdefault(method, run)
+            key = (run["family"], run["partition"], run["fraction"], attack, run["seed"])
+            cells.setdefault((Path(source).name, *key) if by_folder else key, {}).setdefault(method, run)
     return cells
 
 

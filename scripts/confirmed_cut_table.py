@@ -11,33 +11,12 @@ Usage: python scripts/confirmed_cut_table.py RUNS [RUNS ...]
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from cohort_vote_table import rates, text, worse  # scripts/, beside this one
-from fedlns_sim.report.load import load_runs
+from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
 from fedlns_sim.report.stats import detection_rates
 from lora_matrix_table import print_checks
 
-OURS = "fedlns_default"
 CUTS = ("tree", "confirmed")  # the default's cut, the variant's
-
-
-def gather(sources: list[str]) -> dict:
-    """(folder, family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a cut: run}."""
-    cells: dict = {}
-    for source in sources:
-        for run in load_runs(source):
-            method = run["method"]
-            if method == OURS:
-                method = run["config"].get("cohort_cut", "tree")
-            elif method == "fedavg" and run["fraction"] == 0:
-                method = "clean"
-            elif method not in ("fedavg", "oracle"):
-                continue
-            attack = "-" if run["fraction"] == 0 or method == "oracle" else run["attack"]
-            key = (Path(source).name, run["family"], run["partition"], run["fraction"], attack, run["seed"])
-            cells.setdefault(key, {}).setdefault(method, run)
-    return cells
 
 
 def check(checks: dict, key: tuple, cell: dict) -> None:
@@ -72,7 +51,7 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    cells = gather(argv)
+    cells = gather(argv, "cohort_cut", "tree", by_folder=True)
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; attackers-only rounds after activation.\n")
     print(
         "| preset | family | partition | malicious | attack | seed | clean | oracle | FedAvg | default (tree) "
