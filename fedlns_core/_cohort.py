@@ -21,7 +21,8 @@ which is what the history bank is keyed by anyway:
    within is at least ``MIN_COHERENCE`` and the mean cosine across is below ``separation`` times it (and, with
    ``cohort_cut="significant"``, the cut is wider than the one the tree finds in rounds of exchangeable clients as
    alike as these, :func:`round_parts`); else the round is one part (a clean round, or attackers the updates
-   cannot tell apart).
+   cannot tell apart; with ``cohort_cut="confirmed"``, :func:`confirmed_cut` then looks for a group the history
+   already places in the minority, step 4).
 2. **The cohort graph.** Every split round adds +1 between two of its clients in the same part and -1 between
    two in different parts to a signed graph over client ids (the bank's ids); older evidence decays by
    ``cohort_decay`` per round, so a client's standing follows what it sends now.
@@ -52,7 +53,7 @@ cannot tell from honest ones (``alie``, ``backdoor``), as with every rule that r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,7 +142,7 @@ def round_parts(
     return RoundParts(first, within, across, True)
 
 
-def _tree_groups(cosines: np.ndarray, dimension: int | None):
+def _tree_groups(cosines: np.ndarray, dimension: int | None) -> Iterator[tuple[np.ndarray, float, float, bool]]:
     """Every group of the average-linkage tree of a round of at least two clients and fewer than all: yields
     (members, within, across, coherent), with the mean cosines within the group and between it and the rest, and
     whether it is coherent (:func:`round_parts`)."""
@@ -430,7 +431,7 @@ def cohort_rule(
                     f"{int(members[lower].sum())})"
                 )
     if cut is None and confirm and decide and parts is not None:
-        history = before.updated(ids, None, decay).sides()
+        history = graph.sides()  # the round added no edges: the history before it
         confirmed = confirmed_cut(cosines, [history[client_id] for client_id in ids], dimension)
         if confirmed is not None:
             first, within, across = confirmed
