@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
-# Resumable (finished runs are skipped). Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|all]
+# Resumable (finished runs are skipped).
+# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|all]
 set -euo pipefail
-runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|all]}"
+runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|all]}"
 step="${2:-all}"
 sim=".venv/bin/fedlns-sim"
 common=(--jobs 2 --no-progress)
@@ -35,6 +36,16 @@ if [[ $step == blend || $step == all ]]; then  # the follow-up: the attacks writ
         --seeds 200,300 --no-references --set cohort_cut="$cut" --out "$runs/lora"
     "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.4 --methods fedlns_default \
         --attacks half_blend --no-references --set cohort_cut="$cut" --out "$runs/lora"
+  done
+fi
+
+if [[ $step == matrix || $step == all ]]; then  # the second follow-up: what gets through the default, from scratch
+  for cut in tree confirmed; do
+    "$sim" sweep --preset cpu "${common[@]}" --set batch_clients=auto --families gpt --partitions iid --fractions 0.4 \
+        --seeds 100 --methods fedlns_default --attacks target_corruption,alie,minmax,backdoor,band_mimic,ipm_search \
+        --no-references --set cohort_cut="$cut" --out "$runs/cpu"
+    "$sim" sweep --preset cpu "${common[@]}" --families bert --partitions iid --fractions 0.4 --seeds 200,300 \
+        --methods fedlns_default --no-references --set cohort_cut="$cut" --out "$runs/cpu"
   done
 fi
 
