@@ -354,8 +354,7 @@ def cohort_rule(
     decay: float,
     undecided: str = "keep",
     dimension: int | None = None,
-    significant: bool = False,
-    confirm: bool = False,
+    cohort_cut: str = "tree",
     vote: str = "round",
     decide: bool = True,
 ) -> CohortOutcome:
@@ -376,11 +375,11 @@ def cohort_rule(
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
         ``majority_only``, is otherwise kept there). ``"support"`` is decided by the screener, which hands such a
         round (``CohortOutcome.to_support``) to the support rule; here it keeps everyone.
-    significant : bool, default=False
-        Count only cuts wider than chance (:func:`round_parts`; ``FedLNS(cohort_cut="significant")``).
-    confirm : bool, default=False
-        In a round whose parts are not apart, reject the group the history singles out (:func:`confirmed_cut`;
-        ``FedLNS(cohort_cut="confirmed")``). It adds no edges to the graph: only cuts apart by the updates do.
+    cohort_cut : {"tree", "significant", "confirmed"}, default="tree"
+        ``FedLNS(cohort_cut=...)``: every cut the tree finds that is apart, only those wider than chance
+        (``"significant"``, :func:`round_parts`), or the tree's and, in a round whose parts are not apart, the group
+        the history singles out (``"confirmed"``, :func:`confirmed_cut`; it adds no edges to the graph: only cuts
+        apart by the updates do).
     vote : {"round", "history", "strong"}, default="round"
         Read the members' sides from the graph with this round's edges (``"round"``), or from the graph before
         them, placing with them only the ids it leaves unplaced (``"history"``), or ``"history"`` for a cut whose
@@ -396,7 +395,7 @@ def cohort_rule(
     cosines = units @ units.T
     if dimension is None:
         dimension = max(int(np.median(np.count_nonzero(sketches, axis=1))), 1)
-    parts = round_parts(cosines, separation=separation, dimension=dimension, significant=significant)
+    parts = round_parts(cosines, separation=separation, dimension=dimension, significant=cohort_cut == "significant")
     cut = parts if parts is not None and parts.apart else None
     before, graph = graph, graph.updated(ids, None if cut is None else cut.first, decay)
     reasons = [""] * n
@@ -430,7 +429,7 @@ def cohort_rule(
                     f"the population's majority cohort (vote {votes[lower]:+d} of "
                     f"{int(members[lower].sum())})"
                 )
-    if cut is None and confirm and decide and parts is not None:
+    if cut is None and cohort_cut == "confirmed" and decide and parts is not None:
         history = graph.sides()  # the round added no edges: the history before it
         confirmed = confirmed_cut(cosines, [history[client_id] for client_id in ids], dimension)
         if confirmed is not None:

@@ -707,8 +707,7 @@ class FedLNS:
                 loud_separation=settings["loud_separation"],
                 decay=settings["cohort_decay"],
                 undecided=settings["cohort_undecided"],
-                significant=settings["cohort_cut"] == "significant",
-                confirm=settings["cohort_cut"] == "confirmed",
+                cohort_cut=settings["cohort_cut"],
                 vote=settings["cohort_vote"],
                 decide=not warming_up,
             )

@@ -229,7 +229,8 @@ def test_a_confirmed_cut_rejects_only_the_group_the_history_singles_out():
 
     def outcome(graph, confirm=True):
         return cohort_rule(np.ones(10), np.stack(rows), ids, graph, np.arange(12.0), np.ones(12), recent=12,
-                           separation=0.5, loud_separation=6.0, decay=0.9, dimension=DIM, confirm=confirm)
+                           separation=0.5, loud_separation=6.0, decay=0.9, dimension=DIM,
+                           cohort_cut="confirmed" if confirm else "tree")
 
     confirmed = outcome(history)
     assert confirmed.retained.tolist() == [True] * 7 + [False] * 3

@@ -207,8 +207,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
                 undecided=screener.cohort_undecided,
-                significant=(argument if argument in cuts else screener.cohort_cut) == "significant",
-                confirm=(argument if argument in cuts else screener.cohort_cut) == "confirmed",
+                cohort_cut=argument if argument in cuts else screener.cohort_cut,
                 vote=argument if argument in votes else screener.cohort_vote,
                 decide=bool(record.get("active")),
             )
