@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
 # Resumable (finished runs are skipped).
-# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|all]
+# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|all]
 set -euo pipefail
-runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|all]}"
+runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|all]}"
 step="${2:-all}"
 sim=".venv/bin/fedlns-sim"
 common=(--jobs 2 --no-progress)
@@ -53,5 +53,23 @@ if [[ $step == cpu || $step == all ]]; then  # the cpu preset's BERT (docs/attac
   for cut in tree confirmed; do
     "$sim" sweep --preset cpu "${common[@]}" --families bert --partitions iid --fractions 0.4 --seeds 100 \
         --methods fedlns_default --no-references --set cohort_cut="$cut" --out "$runs/cpu"
+  done
+fi
+
+if [[ $step == lora-matrix || $step == all ]]; then  # the third follow-up: lora-matrix's GPT and LLaMA cells, seed 200
+  for fraction in 0.4 0.2; do
+    for family in gpt llama; do
+      for cut in tree confirmed; do
+        "$sim" sweep --preset lora "${common[@]}" --families "$family" --set peft_norms=false --set signature=auto \
+            --set learning_rate=1e-2 --seeds 200 --partitions iid,noniid --fractions "$fraction" \
+            --methods fedlns_default --attacks target_corruption,backdoor,ipm,alie,lora_quiet,lora_band \
+            --no-references --set cohort_cut="$cut" --out "$runs/lora-matrix"
+        if [[ $fraction == 0.4 ]]; then
+          "$sim" sweep --preset lora "${common[@]}" --families "$family" --set peft_norms=false --set signature=auto \
+              --set learning_rate=1e-2 --seeds 200 --partitions iid,noniid --fractions 0 --methods fedlns_default \
+              --no-references --set cohort_cut="$cut" --out "$runs/lora-matrix"
+        fi
+      done
+    done
   done
 fi
