@@ -16,8 +16,10 @@ cells=gpt-iid-mal40-fedlns_default-act50-seed100-6a3d9b89,gpt-iid-mal40-fedlns_d
 cells="$cells,llama-iid-mal40-fedlns_default-act50-seed100-majority_only-debcf49a"
 
 "$sim" archive "$runs" "$dest" --verify-cells "$cells"
-joined="$(mktemp -d)"
-trap 'rm -rf "$joined"' EXIT
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+joined="$scratch/runs"  # the report names the folder it read: the same name every time
+mkdir "$joined"
 tar -xJf docs/results/attacks/runs.tar.xz -C "$joined"
 tar -xJf docs/results/robust/runs.tar.xz -C "$joined"
 tar -xJf "$dest/runs.tar.xz" -C "$joined"

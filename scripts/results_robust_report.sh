@@ -14,8 +14,10 @@ cells=gpt-iid-mal40-fedlns_default-act50-seed100-3ff17e42,gpt-iid-mal40-fedlns_d
 cells="$cells,llama-iid-mal40-fedlns_default-act50-seed100-norm_freeze-dd666b14"
 
 "$sim" archive "$runs" "$dest" --verify-cells "$cells"
-joined="$(mktemp -d)"
-trap 'rm -rf "$joined"' EXIT
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+joined="$scratch/runs"  # the report names the folder it read: the same name every time
+mkdir "$joined"
 tar -xJf docs/results/attacks/runs.tar.xz -C "$joined"
 tar -xJf "$dest/runs.tar.xz" -C "$joined"          # a run of both folders: the robust one's copy is kept
 "$sim" report "$joined" --out "$dest" --allow-mixed-code

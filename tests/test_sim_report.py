@@ -90,11 +90,17 @@ def test_mean_std_is_the_sample_standard_deviation():
 def test_write_report_from_files(tmp_path):
     _fake_run(tmp_path / "runs", "fedavg", 100, [9.0, 5.0, 3.0], [9.0, 7.0, 5.0])
     _fake_run(tmp_path / "runs", "fedlns", 100, [9.0, 2.0, 2.5], [9.0, 3.0, 3.0])
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "detection_rates.png").write_bytes(b"an earlier version's plot")
     result = write_report(tmp_path / "runs", tmp_path / "report")
     names = sorted(p.name for p in (tmp_path / "report").iterdir())
-    assert names == ["detection_rates.png", "perplexity_per_round.png", "perplexity_vs_fraction.png", "runs.csv",
-                     "tables.csv", "tables.md", "tables.tex"]    # no recovery plot without an oracle run
-    assert all(p.stat().st_size > 1000 for p in result["plots"])
+    assert names == ["detection_rates.svg", "perplexity_per_round.svg", "perplexity_vs_fraction.svg", "runs.csv",
+                     "tables.csv", "tables.md", "tables.tex"]    # no recovery plot; the stale PNG removed
+    assert all(p.stat().st_size > 1000 and p.read_bytes().startswith(b"<?xml") for p in result["plots"])
+    # written again, the same bytes: git stores a rebuilt figure's changes, not a new image
+    before = {p: p.read_bytes() for p in result["plots"]}
+    write_report(tmp_path / "runs", tmp_path / "report")
+    assert {p: p.read_bytes() for p in result["plots"]} == before
     with pytest.raises(FileNotFoundError, match="no finished run"):
         write_report(tmp_path / "empty", tmp_path / "r2")
 
@@ -108,7 +114,7 @@ def test_report_from_an_archive_equals_the_report_from_its_runs_folder(tmp_path)
     archive(tmp_path / "runs", tmp_path / "results")
     write_report(tmp_path / "runs", tmp_path / "from-folder")
     expected = {path.name: path.read_bytes() for path in (tmp_path / "from-folder").iterdir()}
-    assert "recovery.png" in expected and "tables.md" in expected
+    assert "recovery.svg" in expected and "tables.md" in expected
     for source in ("results", "results/runs.tar.xz"):    # a results folder, or its archive named
         out = tmp_path / f"from-{source.replace('/', '-')}"
         write_report(tmp_path / source, out)
@@ -144,7 +150,7 @@ def test_references_paired_differences_and_recovery(tmp_path):
     assert row["best"]["mean"] == pytest.approx(np.mean(per_seed))
     assert "trimmed_mean" in {r["method"] for r in recovery_rows(summaries)}
     result = write_report(tmp_path, tmp_path / "report")
-    assert (tmp_path / "report" / "recovery.png").is_file() and "## Recovery" in result["tables"].read_text()
+    assert (tmp_path / "report" / "recovery.svg").is_file() and "## Recovery" in result["tables"].read_text()
 
     def both(losses):   # best checkpoint (round 1) / last 10 (rounds 1 and 2: exp of their mean loss)
         return (f"{np.mean([math.exp(x) for x in losses]):.0f} / "
@@ -261,7 +267,7 @@ def test_attack_matrix_pairs_each_attack_with_its_own_fedavg_and_the_shared_orac
     # the references beside the matrix, once per table: the oracle of that fraction, FedAvg at 0%
     assert matrix_text.count("References, whatever the attack: *Oracle* ") == 2
     assert "*Oracle* 20 ± 0 (2 seeds); *Clean* 12 ± 0 (2 seeds)." in matrix_text      # exp(3.0), exp(2.5)
-    assert (tmp_path / "report" / "attack_matrix.png").is_file()
+    assert (tmp_path / "report" / "attack_matrix.svg").is_file()
     # the main tables keep the paper's attack only
     assert {s["attack"] for s in result["summaries"]} == {"target_corruption", "alie", "gaussian"}
     table = next(t for t in result["table_objects"] if t.get("metric") == "eval_loss" and "family" in t)
@@ -304,7 +310,7 @@ def test_fraction_sweep_tables_use_the_seeds_run_at_every_fraction(tmp_path):
     table = next(t for t in fraction_tables(only40) if t["metric"] == "eval_loss")
     assert table["seeds"] == [100, 200, 300, 400] and "Those run at every fraction" not in to_markdown(table)
     result = write_report(tmp_path, tmp_path / "report")
-    assert (tmp_path / "report" / "perplexity_vs_fraction.png").stat().st_size > 1000
+    assert (tmp_path / "report" / "perplexity_vs_fraction.svg").stat().st_size > 1000
     # at a glance, a 10% row (seeds 100-300) has its clean run over the same three seeds, not seed 400's too
     row = next(line for line in result["tables"].read_text().splitlines()
                if line.startswith("| GPT") and "| 10% |" in line)

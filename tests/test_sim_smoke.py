@@ -40,8 +40,8 @@ def test_smoke_sweep_then_report(tmp_path, capsys):
     assert len(perplexity) == 3 * 2 * (len(compared) + 2)  # per family: methods, clean, unigram x {best, last 10}
     assert any(row["row"] == "Forced 2-GMM" for row in rows)
     assert all(math.isfinite(float(row["mean"])) and float(row["mean"]) > 1 for row in perplexity)
-    for name in ("perplexity_vs_fraction.png", "perplexity_per_round.png", "detection_rates.png"):
-        assert (report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("perplexity_vs_fraction.svg", "perplexity_per_round.svg", "detection_rates.svg"):
+        assert (report / name).read_bytes().startswith(b"<?xml")
     # a second sweep finds everything finished
     assert main(argv[:-3] + ["--no-progress"]) == 0
     assert f"sweep: 0 ran, {3 * runs_per_family} already finished" in capsys.readouterr().out

@@ -1,8 +1,13 @@
-"""PNG plots of a report, from run summaries (:func:`.load.load_runs`): one legend per figure, references drawn as
-lines, error bars only where there are several seeds, and an axis that does not start at zero says so."""
+"""SVG plots of a report, from run summaries (:func:`.load.load_runs`): one legend per figure, references drawn as
+lines, error bars only where there are several seeds, and an axis that does not start at zero says so.
+
+SVG because it is text, written the same way every time (no date, fixed element ids): a figure rebuilt after a
+sweep that adds a few runs differs from the one before only in what changed, so git stores kilobytes per rebuild
+where a PNG of the same figure (0.1-0.5 MB) was stored whole each time."""
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from pathlib import Path
@@ -10,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ATTACK_NAMES, FAMILIES, METHOD_NAMES, METHODS, PARTITION_NAMES, PARTITIONS
+from ..runfiles import atomic_write
 from .compare import main_runs, sweep_seeds
 from .load import family_label
 from .stats import detection_rates, mean_std
@@ -23,8 +29,8 @@ NOT_FROM_ZERO = " (axis does not start at 0)"
 
 
 def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: list[dict] | None = None) -> list[Path]:
-    """perplexity_vs_fraction.png, perplexity_per_round.png, detection_rates.png, recovery.png and, with several
-    attacks, attack_matrix.png."""
+    """perplexity_vs_fraction.svg, perplexity_per_round.svg, detection_rates.svg, recovery.svg and, with several
+    attacks, attack_matrix.svg."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -69,8 +75,7 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
         )
         height = figure.get_size_inches()[1]  # leave the legend's rows (about 0.2 inch each) below the panels
         figure.tight_layout(rect=(0, min(0.4, (0.2 * rows + 0.25) / height), 1, 1))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=120)
+        save(figure, path)
         plt.close(figure)
         return path
 
@@ -162,7 +167,7 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
                 fontsize=9,
             )
             axis.set_ylabel("perplexity, best checkpoint" + NOT_FROM_ZERO, fontsize=8)
-    paths.append(finish(figure, axes, out / "perplexity_vs_fraction.png"))
+    paths.append(finish(figure, axes, out / "perplexity_vs_fraction.svg"))
 
     # 2. per-round curves at the largest fraction (mean over seeds), the clean run beside them
     figure, axes = grid()
@@ -191,7 +196,7 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
             f"mean of {seeds} seed{'s' * (seeds > 1)}",
             fontsize=9,
         )
-    paths.append(finish(figure, axes, out / "perplexity_per_round.png"))
+    paths.append(finish(figure, axes, out / "perplexity_per_round.svg"))
 
     # 3. detection rates of the methods that pick clients
     figure, axes = grid()
@@ -216,7 +221,7 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
         axis.set_ylim(0, 1)
         axis.set_title(f"{family_label(family, runs)}, {PARTITION_NAMES[partition]}", fontsize=9)
         axis.set_ylabel("rate over decided rounds", fontsize=8)
-    paths.append(finish(figure, axes, out / "detection_rates.png"))
+    paths.append(finish(figure, axes, out / "detection_rates.svg"))
 
     # 4. recovery of each defence at the largest fraction, with its interval over seeds
     rows = [r for r in recovered if (r["family"], r["partition"]) in panels]
@@ -246,9 +251,9 @@ def plot_all(summaries: list[dict], recovered: list[dict], out: Path, matrix: li
                 fontsize=9,
             )
             axis.set_ylabel("recovery (FedAvg - m) / (FedAvg - oracle)", fontsize=8)
-        paths.append(finish(figure, axes, out / "recovery.png"))
+        paths.append(finish(figure, axes, out / "recovery.svg"))
     if matrix:
-        paths.append(plot_attack_matrix(matrix, out / "attack_matrix.png"))
+        paths.append(plot_attack_matrix(matrix, out / "attack_matrix.svg"))
     return paths
 
 
@@ -299,10 +304,22 @@ def plot_attack_matrix(cells: list[dict], path: Path) -> Path:
         label=f"best perplexity above the oracle's (%, colour clipped to 0-{top:g})",
         shrink=0.8,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+    save(figure, path, bbox_inches="tight")
     plt.close(figure)
     return path
+
+
+def save(figure, path: Path, **kwargs) -> None:
+    """Write ``figure`` to ``path`` as SVG, the same bytes for the same figure (atomically), and remove a PNG of the
+    same name that an earlier version of the report wrote there."""
+    import matplotlib
+
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "fedlns-sim", "svg.fonttype": "path"}):
+        figure.savefig(buffer, format="svg", metadata={"Date": None}, **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, buffer.getvalue())
+    path.with_suffix(".png").unlink(missing_ok=True)
 
 
 FAMILY_NAMES_SHORT = {"gpt": "GPT", "bert": "BERT", "llama": "LLaMA"}

@@ -26,7 +26,7 @@ NOT_IN_CSV = ("curve", "early_best", "attackers_only_rounds", "config")
 
 
 def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mixed_code: bool = False) -> dict:
-    """Write ``tables.md``, ``tables.tex``, ``tables.csv``, ``runs.csv`` and the PNG plots into ``out``.
+    """Write ``tables.md``, ``tables.tex``, ``tables.csv``, ``runs.csv`` and the SVG plots into ``out``.
 
     Raises ``FileNotFoundError`` when ``root`` holds no finished run and :class:`.load.MixedCodeError` when its runs
     were made by different code (unless ``allow_mixed_code``).
@@ -119,7 +119,7 @@ def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mi
             "raise FedAvg above the oracle at every seed (then it is undefined); for methods that pick "
             "clients, TPR/FPR pooled over seeds; for the backdoor, its success rate over the last 10 "
             "rounds. Under each table, the references no attack changes: *Oracle* (FedAvg over the round's "
-            "benign clients only) and *Clean* (FedAvg with no attacker). `attack_matrix.png`: "
+            "benign clients only) and *Clean* (FedAvg with no attacker). `attack_matrix.svg`: "
             "best-checkpoint perplexity above the oracle's, per seed.",
             "",
             attack_matrix_markdown(matrix, matrix_references(summaries)),
