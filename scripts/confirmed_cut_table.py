@@ -2,8 +2,9 @@
 the default (``cohort_cut="tree"``), FedAvg, clean FedAvg and the oracle in each cell, and the criteria of its
 ``PLAN.md``, each met or missed.
 
-Reads runs folders or results folders holding their archive (``scripts/results_confirmed_cut.sh``), one per preset,
-named after it (``quick``, ``lora``, ``cpu``: the rows' first column); a run in more than one is read from the first.
+Reads runs folders or results folders holding their archive (``scripts/results_confirmed_cut.sh``), one per step,
+named after it (``quick``, ``lora``, ``cpu``, ``lora-matrix``: the rows' first column); a run in more than one is
+read from the first.
 
 Usage: python scripts/confirmed_cut_table.py RUNS [RUNS ...]
 """
@@ -36,6 +37,18 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
     elif preset in ("quick", "cpu"):
         checks.setdefault("(b) full-model GPT and LLaMA: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
+        )
+    elif preset == "lora-matrix":
+        fpr = [detection_rates(run["tp"], run["fp"], run["fn"], run["tn"])["fpr"] for run in (ours, default)]
+        checks.setdefault("(d) lora-matrix: within 1% of the default", []).append(
+            (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
+        )
+        checks.setdefault("(d) lora-matrix: FPR at most 0.02 above the default's", []).append(
+            (f"{name}: {fpr[0]:.3f} against {fpr[1]:.3f}", fpr[0] <= fpr[1] + 0.02)
+        )
+        only = [run["attackers_only_rounds"] for run in (ours, default)]
+        checks.setdefault("(d) lora-matrix: no attackers-only round where the default has none", []).append(
+            (f"{name}: {only[0] or '-'} against {only[1] or '-'}", not only[0] or bool(only[1]))
         )
     else:
         checks.setdefault("(c) LoRA GPT: within 1% of the default", []).append(
