@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
 # Resumable (finished runs are skipped).
-# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|all]
+# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|all]
 set -euo pipefail
-runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|all]}"
+runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|all]}"
 step="${2:-all}"
 sim=".venv/bin/fedlns-sim"
 common=(--jobs 2 --no-progress)
@@ -70,6 +70,18 @@ if [[ $step == lora-matrix || $step == all ]]; then  # the third follow-up: lora
               --no-references --set cohort_cut="$cut" --out "$runs/lora-matrix"
         fi
       done
+    done
+  done
+fi
+
+if [[ $step == lora-matrix-bert || $step == all ]]; then  # the fourth follow-up: BERT's cells, seed 200
+  bert=(--preset lora "${common[@]}" --families bert --set peft_norms=false --set signature=auto --seeds 200
+        --set learning_rate=5e-3 --partitions iid,noniid --methods fedlns_default --no-references)
+  for cells in "--fractions 0" "--fractions 0.2 --attacks target_corruption,alie" \
+      "--fractions 0.4 --attacks target_corruption"; do
+    for cut in tree confirmed; do  # each cell's pair before the next cell
+      # shellcheck disable=SC2086  # $cells: the cell's options, split on purpose
+      "$sim" sweep "${bert[@]}" $cells --set cohort_cut="$cut" --out "$runs/lora-matrix"
     done
   done
 fi
