@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     many.add_argument("--report", default=None, help="write tables and plots here afterwards")
 
     report = commands.add_parser(
-        "report", formatter_class=_Formatter, help="tables (Markdown, LaTeX, CSV) and PNG plots from run files"
+        "report", formatter_class=_Formatter, help="tables (Markdown, LaTeX, CSV) and SVG plots from run files"
     )
     report.add_argument("runs", help="folder of run folders, an archive (runs.tar.xz) or a results folder holding one")
     report.add_argument("--out", required=True, help="folder for the tables and plots")
