@@ -38,27 +38,20 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
         checks.setdefault("(b) full-model GPT and LLaMA: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
         )
-    elif preset == "lora-matrix":
-        fpr = [detection_rates(run["tp"], run["fp"], run["fn"], run["tn"])["fpr"] for run in (ours, default)]
-        checks.setdefault("(d) lora-matrix: within 1% of the default", []).append(
-            (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
-        )
-        checks.setdefault("(d) lora-matrix: FPR at most 0.02 above the default's", []).append(
-            (f"{name}: {fpr[0]:.3f} against {fpr[1]:.3f}", fpr[0] <= fpr[1] + 0.02)
-        )
-        only = [run["attackers_only_rounds"] for run in (ours, default)]
-        checks.setdefault("(d) lora-matrix: no attackers-only round where the default has none", []).append(
-            (f"{name}: {only[0] or '-'} against {only[1] or '-'}", not only[0] or bool(only[1]))
-        )
-    else:
-        checks.setdefault("(c) LoRA GPT: within 1% of the default", []).append(
+    else:  # the LoRA cells: (c) of the plan's first cells, (d) of its third and fourth follow-ups
+        label = "(d) lora-matrix" if preset == "lora-matrix" else "(c) LoRA GPT"
+        checks.setdefault(f"{label}: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
         )
         fpr = [detection_rates(run["tp"], run["fp"], run["fn"], run["tn"])["fpr"] for run in (ours, default)]
-        checks.setdefault("(c) LoRA GPT: FPR at most 0.02 above the default's", []).append(
+        checks.setdefault(f"{label}: FPR at most 0.02 above the default's", []).append(
             (f"{name}: {fpr[0]:.3f} against {fpr[1]:.3f}", fpr[0] <= fpr[1] + 0.02)
         )
-
+        if preset == "lora-matrix":
+            only = [run["attackers_only_rounds"] for run in (ours, default)]
+            checks.setdefault(f"{label}: no attackers-only round where the default has none", []).append(
+                (f"{name}: {only[0] or '-'} against {only[1] or '-'}", not only[0] or bool(only[1]))
+            )
 
 def main(argv: list[str]) -> int:
     if not argv:
