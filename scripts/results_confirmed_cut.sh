@@ -56,32 +56,32 @@ if [[ $step == cpu || $step == all ]]; then  # the cpu preset's BERT (docs/attac
   done
 fi
 
+# lora-matrix's cells (its frozen/ payload), seed 200, the default's pair and the variant's each
+matrix=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto --seeds 200 --partitions iid,noniid
+        --methods fedlns_default --no-references)
 if [[ $step == lora-matrix || $step == all ]]; then  # the third follow-up: lora-matrix's GPT and LLaMA cells, seed 200
   for fraction in 0.4 0.2; do
+    cells=("--fractions $fraction --attacks target_corruption,backdoor,ipm,alie,lora_quiet,lora_band")
+    [[ $fraction == 0.4 ]] && cells+=("--fractions 0")  # without attackers, once
     for family in gpt llama; do
       for cut in tree confirmed; do
-        "$sim" sweep --preset lora "${common[@]}" --families "$family" --set peft_norms=false --set signature=auto \
-            --set learning_rate=1e-2 --seeds 200 --partitions iid,noniid --fractions "$fraction" \
-            --methods fedlns_default --attacks target_corruption,backdoor,ipm,alie,lora_quiet,lora_band \
-            --no-references --set cohort_cut="$cut" --out "$runs/lora-matrix"
-        if [[ $fraction == 0.4 ]]; then
-          "$sim" sweep --preset lora "${common[@]}" --families "$family" --set peft_norms=false --set signature=auto \
-              --set learning_rate=1e-2 --seeds 200 --partitions iid,noniid --fractions 0 --methods fedlns_default \
-              --no-references --set cohort_cut="$cut" --out "$runs/lora-matrix"
-        fi
+        for cell in "${cells[@]}"; do
+          # shellcheck disable=SC2086  # $cell: the cell's options, split on purpose
+          "$sim" sweep "${matrix[@]}" --families "$family" --set learning_rate=1e-2 $cell --set cohort_cut="$cut" \
+              --out "$runs/lora-matrix"
+        done
       done
     done
   done
 fi
 
 if [[ $step == lora-matrix-bert || $step == all ]]; then  # the fourth follow-up: BERT's cells, seed 200
-  bert=(--preset lora "${common[@]}" --families bert --set peft_norms=false --set signature=auto --seeds 200
-        --set learning_rate=5e-3 --partitions iid,noniid --methods fedlns_default --no-references)
-  for cells in "--fractions 0" "--fractions 0.2 --attacks target_corruption,alie" \
+  for cell in "--fractions 0" "--fractions 0.2 --attacks target_corruption,alie" \
       "--fractions 0.4 --attacks target_corruption"; do
     for cut in tree confirmed; do  # each cell's pair before the next cell
-      # shellcheck disable=SC2086  # $cells: the cell's options, split on purpose
-      "$sim" sweep "${bert[@]}" $cells --set cohort_cut="$cut" --out "$runs/lora-matrix"
+      # shellcheck disable=SC2086  # $cell: the cell's options, split on purpose
+      "$sim" sweep "${matrix[@]}" --families bert --set learning_rate=5e-3 $cell --set cohort_cut="$cut" \
+          --out "$runs/lora-matrix"
     done
   done
 fi
