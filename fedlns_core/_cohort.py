@@ -66,6 +66,10 @@ from ._types import ClientId
 #: the cores the tree cuts from honest clients alone 0.10-0.15 (docs/results/cohort-vote).
 STRONG_CUT = 0.5
 
+#: How a client rejected by ``cohort_cut="confirmed"``'s cut (:func:`confirmed_cut`) has its reason begin; reports
+#: count the rounds where it fired by it.
+CONFIRMED_REASON = "in a group of the round that agrees more within"
+
 #: Above this many ids the leading eigenvector is found by Lanczos iterations instead of a full decomposition.
 _DENSE_EIGEN_LIMIT = 400
 
@@ -438,7 +442,7 @@ def cohort_rule(
             minority = sum(history[client_id] < 0 for client_id, m in zip(ids, first) if m)
             for i in np.flatnonzero(first).tolist():
                 reasons[i] = (
-                    f"in a group of the round that agrees more within (mean cosine {within:.3g}) than with the rest "
+                    f"{CONFIRMED_REASON} (mean cosine {within:.3g}) than with the rest "
                     f"({across:.3g}), not apart, whose clients the history places outside the population's majority "
                     f"cohort ({minority} of {int(first.sum())} in the minority) and nobody else in the minority"
                 )

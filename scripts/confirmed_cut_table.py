@@ -7,6 +7,11 @@ named after it (``quick``, ``lora``, ``cpu``, ``lora-matrix``: the rows' first c
 read from the first.
 
 Usage: python scripts/confirmed_cut_table.py RUNS [RUNS ...]
+       python scripts/confirmed_cut_table.py --fired RUNS   # the cells whose default to re-run, as sweep options
+
+A cell whose variant run never fired its confirmed cut (no client rejected with its reason) and has no default run
+beside it is the default's run by the code (``tests/test_cohort.py``): the table shows the variant's numbers in both
+columns, marked ``=``, and the criteria count it as equal.
 """
 
 from __future__ import annotations
@@ -18,6 +23,23 @@ from fedlns_sim.report.stats import detection_rates
 from lora_matrix_table import print_checks
 
 CUTS = ("tree", "confirmed")  # the default's cut, the variant's
+ADAPTIVE = ("cut_blend", "half_blend")  # attacks that change with the setting: the default always runs beside
+
+
+def fired(folder: str) -> list[str]:
+    """Sweep options of the cells of ``folder`` whose variant fired its confirmed cut or met an attack that changes
+    with the setting (``ADAPTIVE``), where the default has not run."""
+    cells = gather([folder], "cohort_cut", "tree")
+    lines = []
+    for (family, partition, fraction, attack, seed), cell in sorted(cells.items()):
+        ours = cell.get("confirmed")
+        if ours is None or "tree" in cell or not (ours["confirmed_cut_rounds"] or attack in ADAPTIVE):
+            continue
+        lines.append(
+            f"--families {family} --partitions {partition} --fractions {fraction:g} --seeds {seed}"
+            + ("" if fraction == 0 else f" --attacks {attack}")
+        )
+    return lines
 
 
 def check(checks: dict, key: tuple, cell: dict) -> None:
@@ -31,8 +53,10 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
         tpr = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])["tpr"]
         checks.setdefault("(a) full-model BERT: TPR at least 0.9", []).append((f"{name}: {tpr:.2f}", tpr >= 0.9))
         checks.setdefault("(a) full-model BERT: best checkpoint no higher than the default's", []).append(
-            (f"{name}: {ours['perplexity']:.1f} against {default['perplexity']:.1f}",
-             ours["perplexity"] <= default["perplexity"])
+            (
+                f"{name}: {ours['perplexity']:.1f} against {default['perplexity']:.1f}",
+                ours["perplexity"] <= default["perplexity"],
+            )
         )
     elif preset in ("quick", "cpu"):
         checks.setdefault("(b) full-model GPT and LLaMA: within 1% of the default", []).append(
@@ -53,12 +77,24 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
                 (f"{name}: {only[0] or '-'} against {only[1] or '-'}", not only[0] or bool(only[1]))
             )
 
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
+    if argv[0] == "--fired":
+        print("\n".join(line for folder in argv[1:] for line in fired(folder)))
+        return 0
     cells = gather(argv, "cohort_cut", "tree", by_folder=True)
-    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; attackers-only rounds after activation.\n")
+    for key, cell in cells.items():  # the variant never fired and no default ran: the default's run by the code
+        ours = cell.get("confirmed")
+        if ours and "tree" not in cell and key[4] not in ADAPTIVE and not ours["confirmed_cut_rounds"]:
+            cell["tree"] = {**ours, "same": True}
+    print(
+        "Best checkpoint / last 10 rounds' perplexity; TPR / FPR; attackers-only rounds after activation. `=`: the "
+        "variant never fired its cut and the default did not run beside it (its run is the variant's, by the code)."
+        "\n"
+    )
     print(
         "| preset | family | partition | malicious | attack | seed | clean | oracle | FedAvg | default (tree) "
         "| confirmed | TPR / FPR tree | confirmed | attackers-only rounds tree / confirmed |"
@@ -76,7 +112,7 @@ def main(argv: list[str]) -> int:
         print(
             f"| {preset} | {family} | {partition} | {fraction:.0%} | {attack} | {seed} | {text(clean)} | "
             f"{text(oracle)} | "
-            + " | ".join(text(cell.get(m)) for m in ("fedavg", *CUTS))
+            + " | ".join(("= " if cell.get(m, {}).get("same") else "") + text(cell.get(m)) for m in ("fedavg", *CUTS))
             + " | "
             + " | ".join(rates(cell.get(m)) for m in CUTS)
             + f" | {only} |"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
 # Resumable (finished runs are skipped).
-# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|all]
+# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|all]
 set -euo pipefail
-runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|all]}"
+runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|all]}"
 step="${2:-all}"
 sim=".venv/bin/fedlns-sim"
 common=(--jobs 2 --no-progress)
@@ -83,5 +83,52 @@ if [[ $step == lora-matrix-bert || $step == all ]]; then  # the fourth follow-up
       "$sim" sweep "${matrix[@]}" --families bert --set learning_rate=5e-3 $cell --set cohort_cut="$cut" \
           --out "$runs/lora-matrix"
     done
+  done
+fi
+
+# The fifth follow-up: the variant in every cell; the default beside it where its cut fired (and under cut_blend,
+# whose attack changes with the setting). `pairs FOLDER ARGS...` re-runs the default of each such cell of FOLDER.
+pairs() {
+  local folder="$1" cell
+  shift
+  .venv/bin/python scripts/confirmed_cut_table.py --fired "$folder" | while read -r cell; do
+    # shellcheck disable=SC2086  # $cell: the cell's options, split on purpose
+    "$sim" sweep "$@" $cell --set cohort_cut=tree --out "$folder"
+  done
+}
+
+if [[ $step == cohort || $step == all ]]; then  # cohort/'s cpu matrix at seed 100 (scripts/results_cohort.sh's cells)
+  cohort=(--preset cpu --set batch_clients=auto "${common[@]}" --seeds 100 --methods fedlns_default --no-references)
+  old=target_corruption,backdoor,sign_flip,scaling,gaussian,alie,ipm,minmax,norm_mimicry,norm_freeze,decoy
+  new=norm_noise,band_mimic,ipm_search,majority_only
+  cells=("--families gpt --partitions iid --fractions 0.4,0.2 --attacks $old,delta_budget,$new"
+         "--families gpt --partitions iid --fractions 0.4 --attacks sleeper"
+         "--families gpt --partitions iid --fractions 0")
+  for setting in "gpt noniid" "llama iid"; do
+    set -- $setting
+    cells+=("--families $1 --partitions $2 --fractions 0.4,0.2 --attacks target_corruption,norm_freeze,ipm,$new"
+            "--families $1 --partitions $2 --fractions 0")
+  done
+  for cell in "${cells[@]}"; do
+    # shellcheck disable=SC2086  # $cell: the cell's options, split on purpose
+    "$sim" sweep "${cohort[@]}" $cell --set cohort_cut=confirmed --out "$runs/cohort"
+  done
+  for cut in tree confirmed; do  # the attack written against the cut
+    "$sim" sweep "${cohort[@]}" --families gpt --partitions iid --fractions 0.4 --attacks cut_blend \
+        --set cohort_cut="$cut" --out "$runs/cohort"
+  done
+  pairs "$runs/cohort" "${cohort[@]}"
+fi
+
+if [[ $step == lora-matrix-bert-seeds || $step == all ]]; then  # lora-matrix's 26 BERT cells, seeds 100 then 300
+  bert=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto --partitions iid,noniid
+        --methods fedlns_default --no-references --families bert --set learning_rate=5e-3)
+  attacks=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band
+  for seed in 100 300; do
+    for cell in "--fractions 0" "--fractions 0.4,0.2 --attacks $attacks"; do
+      # shellcheck disable=SC2086  # $cell: the cell's options, split on purpose
+      "$sim" sweep "${bert[@]}" --seeds "$seed" $cell --set cohort_cut=confirmed --out "$runs/lora-matrix-bert"
+    done
+    pairs "$runs/lora-matrix-bert" "${bert[@]}"
   done
 fi

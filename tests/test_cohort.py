@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 from fedlns_core import FedLNS
 from fedlns_core._cohort import CohortGraph, _best_cut, cut_effect, round_parts
@@ -257,6 +257,31 @@ def test_the_confirmed_cut_catches_attackers_whose_updates_share_most_with_the_h
     attackers = tree[0] + tree[1]  # the same rounds for both: the federation's draws do not depend on the screen
     assert confirmed[0] + confirmed[1] == attackers and confirmed[1] - tree[1] >= 0.1 * attackers, tallies
     assert confirmed[3] <= tree[3], tallies
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    fraction=st.sampled_from([0.0, 0.2, 0.4]),
+    common=st.sampled_from([0.0, 0.5, 1.0]),
+    spread=st.floats(0.6, 1.4),
+)
+@example(seed=1, fraction=0.4, common=1.0, spread=0.8)  # a federation where it fires
+def test_until_the_confirmed_cut_fires_its_decisions_are_the_defaults(seed, fraction, common, spread):
+    """The confirmed cut is reached only in a round the tree did not cut and adds no edges, so a screener with it
+    decides every round as the default does until the first round it rejects someone: the docs' results count a
+    run in which it never fired as the default's run."""
+    from fedlns_core._cohort import CONFIRMED_REASON
+
+    federation = _LoraLikeFederation(fraction=fraction, seed=seed, common=common, spread=spread)
+    screeners = [FedLNS.for_federation(60, 10, random_state=seed, cohort_cut=cut) for cut in ("tree", "confirmed")]
+    for _ in range(25):
+        clients = federation.round()
+        default, confirmed = (s.screen(federation.global_params, clients, {c: 10 for c in clients}) for s in screeners)
+        if any(reason.startswith(f"screened: {CONFIRMED_REASON}") for reason in confirmed.rejected.values()):
+            assert set(confirmed.retained) != set(default.retained)  # a firing changes the round's decision
+            return
+        assert confirmed.retained == default.retained and confirmed.rejected == default.rejected
 
 
 def test_the_round_vote_stays_the_default():

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedlns_core._cohort import CONFIRMED_REASON
+
 from ..config import CORPUS_NAMES, FAMILY_CORPUS, FAMILY_NAMES
 from ..runfiles import parse_records
 from ..runstore import stored_runs
@@ -25,6 +27,7 @@ from .stats import (
     finite_loss,
     last10_loss,
     perplexity,
+    reason_rounds,
 )
 
 PAPER_ATTACK = "target_corruption"  # also the attack of runs whose config predates the setting
@@ -45,8 +48,8 @@ def reported_method(config: dict) -> str:
 def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
     """One summary per run under ``root`` (a runs folder, an archive, or a results folder holding one): its config,
     best checkpoint, last ten rounds, detection totals, screening diagnostics and timings; beside them (not
-    written to ``runs.csv``) the per-round curve, the rounds after activation that kept attackers only, and the
-    run's whole config.
+    written to ``runs.csv``) the per-round curve, the rounds after activation that kept attackers only, the rounds
+    where ``cohort_cut="confirmed"``'s cut rejected clients, and the run's whole config.
 
     Runs still in progress (fewer records than rounds) are left out unless ``finished_only=False``: a table must
     not mix a method's 40-round result with another's 12-round one.
@@ -100,6 +103,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
                 "early_best": _early_best(trained, active[0]) if active else None,
                 "curve": [(r["round"], perplexity(finite_loss(r))) for r in records],
                 "attackers_only_rounds": attackers_only_rounds(records),
+                "confirmed_cut_rounds": reason_rounds(records, CONFIRMED_REASON),
                 "config": config,
                 "corpus": config.get("corpus") or FAMILY_CORPUS[config["family"]],
                 "pretrain_corpus": config.get("pretrain_corpus", ""),

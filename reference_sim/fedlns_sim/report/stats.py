@@ -131,6 +131,24 @@ def attackers_only_rounds(records: list[dict]) -> list[int]:
     ]
 
 
+def reason_rounds(records: list[dict], beginning: str) -> list[int]:
+    """The rounds where the screen rejected a client with a reason that begins with ``beginning`` (the records
+    prefix a reason with how the client was rejected, ``"screened: "``).
+
+    Examples
+    --------
+    >>> reason_rounds([{"round": 1, "rejected_reasons": {"4": "screened: loud"}}, {"round": 2}], "loud")
+    [1]
+    """
+    return [
+        record["round"]
+        for record in records
+        if any(
+            reason.split(": ", 1)[-1].startswith(beginning) for reason in record.get("rejected_reasons", {}).values()
+        )
+    ]
+
+
 def best_checkpoint(records: list[dict]) -> dict:
     """The round with the lowest evaluation loss (ties: the earliest), the paper's per-seed reporting rule."""
     trained = [r for r in records if r["round"] >= 1]

@@ -22,7 +22,7 @@ from .plots import plot_all
 from .tables import bank_tables, fraction_tables, gmm_tables, tables_csv, to_latex, to_markdown
 
 #: Summary fields that are not one number or word per run, so not columns of ``runs.csv``.
-NOT_IN_CSV = ("curve", "early_best", "attackers_only_rounds", "config")
+NOT_IN_CSV = ("curve", "early_best", "attackers_only_rounds", "confirmed_cut_rounds", "config")
 
 
 def write_report(root: str | Path, out: str | Path, plots: bool = True, allow_mixed_code: bool = False) -> dict:
