@@ -279,8 +279,7 @@ def test_until_the_confirmed_cut_fires_its_decisions_are_the_defaults(seed, frac
         clients = federation.round()
         default, confirmed = (s.screen(federation.global_params, clients, {c: 10 for c in clients}) for s in screeners)
         if any(reason.startswith(f"screened: {CONFIRMED_REASON}") for reason in confirmed.rejected.values()):
-            assert set(confirmed.retained) != set(default.retained)  # a firing changes the round's decision
-            return
+            return  # from here on the two may differ
         assert confirmed.retained == default.retained and confirmed.rejected == default.rejected
 
 
