@@ -83,7 +83,8 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     if argv[0] == "--fired":
-        print("\n".join(line for folder in argv[1:] for line in fired(folder)))
+        for line in (line for folder in argv[1:] for line in fired(folder)):
+            print(line)
         return 0
     cells = gather(argv, "cohort_cut", "tree", by_folder=True)
     for key, cell in cells.items():  # the variant never fired and no default ran: the default's run by the code

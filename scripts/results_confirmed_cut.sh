@@ -92,6 +92,7 @@ pairs() {
   local folder="$1" cell
   shift
   .venv/bin/python scripts/confirmed_cut_table.py --fired "$folder" | while read -r cell; do
+    [[ -n $cell ]] || continue  # never an empty cell: a sweep without one would run the preset's whole grid
     # shellcheck disable=SC2086  # $cell: the cell's options, split on purpose
     "$sim" sweep "$@" $cell --set cohort_cut=tree --out "$folder"
   done
