@@ -3,8 +3,8 @@ the default (``cohort_cut="tree"``), FedAvg, clean FedAvg and the oracle in each
 ``PLAN.md``, each met or missed.
 
 Reads runs folders or results folders holding their archive (``scripts/results_confirmed_cut.sh``), one per step,
-named after it (``quick``, ``lora``, ``cpu``, ``lora-matrix``: the rows' first column); a run in more than one is
-read from the first.
+named after it (``quick``, ``lora``, ``cpu``, ``lora-matrix``, ``cohort``, ``lora-matrix-bert``: the rows' first
+column); a run in more than one is read from the first.
 
 Usage: python scripts/confirmed_cut_table.py RUNS [RUNS ...]
        python scripts/confirmed_cut_table.py --fired RUNS   # the cells whose default to re-run, as sweep options
@@ -23,6 +23,7 @@ from fedlns_sim.report.stats import detection_rates
 from lora_matrix_table import print_checks
 
 CUTS = ("tree", "confirmed")  # the default's cut, the variant's
+LABELS = {"lora-matrix": "(d) lora-matrix", "cohort": "(e) cohort's matrix", "lora-matrix-bert": "(e) lora-matrix BERT"}
 ADAPTIVE = ("cut_blend", "half_blend")  # attacks that change with the setting: the default always runs beside
 
 
@@ -62,8 +63,8 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
         checks.setdefault("(b) full-model GPT and LLaMA: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
         )
-    else:  # the LoRA cells: (c) of the plan's first cells, (d) of its third and fourth follow-ups
-        label = "(d) lora-matrix" if preset == "lora-matrix" else "(c) LoRA GPT"
+    else:  # (c) of the plan's first LoRA cells, (d) of its third and fourth follow-ups, (e) of its fifth
+        label = LABELS.get(preset, "(c) LoRA GPT")
         checks.setdefault(f"{label}: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
         )
@@ -71,7 +72,7 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
         checks.setdefault(f"{label}: FPR at most 0.02 above the default's", []).append(
             (f"{name}: {fpr[0]:.3f} against {fpr[1]:.3f}", fpr[0] <= fpr[1] + 0.02)
         )
-        if preset == "lora-matrix":
+        if preset in LABELS:
             only = [run["attackers_only_rounds"] for run in (ours, default)]
             checks.setdefault(f"{label}: no attackers-only round where the default has none", []).append(
                 (f"{name}: {only[0] or '-'} against {only[1] or '-'}", not only[0] or bool(only[1]))
