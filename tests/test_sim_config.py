@@ -67,6 +67,13 @@ def test_every_preset_has_sweep_defaults():
     assert set(SWEEP_DEFAULTS) == set(PRESETS)   # `fedlns-sim sweep --preset quick` once failed with KeyError
 
 
+def test_the_reports_confirmed_cut_reason_is_the_cores():
+    from fedlns_core._cohort import CONFIRMED_REASON
+    from fedlns_sim.report import load
+
+    assert load.CONFIRMED_REASON == CONFIRMED_REASON
+
+
 def test_mixture_solvers_cohort_cuts_and_votes_are_the_cores():
     from fedlns_core._settings import options
     from fedlns_sim.config import COHORT_CUTS, COHORT_VOTES, MIXTURE_SOLVERS
