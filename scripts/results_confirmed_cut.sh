@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
 # Resumable (finished runs are skipped).
-# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|all]
+# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|side-join|all]
 set -euo pipefail
-runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|all]}"
+runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|side-join|all]}"
 step="${2:-all}"
 sim=".venv/bin/fedlns-sim"
 common=(--jobs 2 --no-progress)
@@ -131,5 +131,22 @@ if [[ $step == lora-matrix-bert-seeds || $step == all ]]; then  # lora-matrix's 
       "$sim" sweep "${bert[@]}" --seeds "$seed" $cell --set cohort_cut=confirmed --out "$runs/lora-matrix-bert"
     done
     pairs "$runs/lora-matrix-bert" "${bert[@]}"
+  done
+fi
+
+if [[ $step == side-join || $step == all ]]; then  # the sixth follow-up: the attack written against the confirmed cut
+  join=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto --partitions iid --fractions 0.4
+        --attacks side_join --out "$runs/side-join")
+  "$sim" sweep "${join[@]}" --families gpt --set learning_rate=1e-2 --seeds 100,200,300 --methods fedavg --no-references
+  for cut in tree confirmed; do
+    "$sim" sweep "${join[@]}" --families gpt --set learning_rate=1e-2 --seeds 100,200,300 --methods fedlns_default \
+        --no-references --set cohort_cut="$cut"
+  done
+  for cut in tree confirmed; do
+    "$sim" sweep "${join[@]}" --families bert --set learning_rate=5e-3 --seeds 100 --methods fedlns_default \
+        --no-references --set cohort_cut="$cut"
+    "$sim" sweep --preset cpu --set batch_clients=auto "${common[@]}" --families gpt --partitions iid --fractions 0.4 \
+        --seeds 100 --methods fedlns_default --attacks side_join --no-references --set cohort_cut="$cut" \
+        --out "$runs/side-join"
   done
 fi

@@ -409,3 +409,41 @@ def test_every_attack_runs_end_to_end_in_the_smoke_preset(tmp_path, attack):
     if attack == "backdoor":
         assert all(0.0 <= r["backdoor_asr"] <= 1.0 for r in records[1:])
     json.dumps(records)
+
+
+def test_side_join_sides_with_the_larger_honest_part_of_a_split_round_until_it_wakes():
+    """Honest updates that fall into two parts (a 5-client part and a 3-client part): before waking, the attackers
+    send updates inside the larger part, so the round's cut puts them with it against the smaller; a round whose
+    honest updates are not cut, and every round after waking, gets what they trained."""
+    from fedlns_core._cohort import round_parts
+
+    rng = np.random.default_rng(7)
+    dim = 400
+    left, right = rng.standard_normal(dim), rng.standard_normal(dim)
+    global_params = {"w": np.zeros(dim, dtype=np.float32)}
+    clients = {c: {"w": (left + 0.7 * rng.standard_normal(dim)).astype(np.float32)} for c in range(5)}
+    clients.update({c: {"w": (right + 0.7 * rng.standard_normal(dim)).astype(np.float32)} for c in range(5, 8)})
+    clients.update({c: {"w": rng.standard_normal(dim).astype(np.float32)} for c in (8, 9)})  # their clean training
+    malicious = [8, 9]
+
+    def parts(params, ids):
+        rows = np.stack([params[c]["w"].astype(np.float64) for c in ids])
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        return round_parts(rows @ rows.T, separation=0.5)
+
+    attack = make_attack("side_join", TOKENIZER, _config(rounds=20))
+    assert attack.wake == 11
+    attack.begin_round(3)
+    sent = attack.craft(global_params, clients, malicious, (), rng)
+    assert all(sent[c] is clients[c] for c in range(8))
+    cut = parts(sent, range(10))
+    assert cut.apart
+    larger = set(np.flatnonzero(cut.first)) if cut.first[0] else set(np.flatnonzero(~cut.first))
+    assert larger == {0, 1, 2, 3, 4, 8, 9}  # the attackers cut with the larger honest part
+    assert not np.allclose(sent[8]["w"], sent[9]["w"])  # two updates, not one copy
+    unsplit = {c: {"w": (left + 0.7 * rng.standard_normal(dim)).astype(np.float32)} for c in range(8)}
+    unsplit.update({c: clients[c] for c in malicious})
+    assert not parts(unsplit, range(8)).apart
+    assert attack.craft(global_params, unsplit, malicious, (), rng) is unsplit
+    attack.begin_round(11)  # awake: what it trained (the corrupted model, chosen by local_result)
+    assert attack.craft(global_params, clients, malicious, (), rng) is clients

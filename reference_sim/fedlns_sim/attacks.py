@@ -709,6 +709,44 @@ class HalfBlend(CutBlend):
         return targets
 
 
+class SideJoin(Sleeper):
+    """A sleeper that frames honest clients first. White-box against the cohort graph (and so against the
+    confirmed cut, which rejects a group the graph places in the minority even in a round not cut): through the
+    first half of the run, in every round whose honest updates are themselves cut apart (the rule's own
+    ``round_parts`` on their exact cosines: the false cuts of weakly agreeing honest updates), each attacker sends
+    the mean of the larger honest part plus half of its own clean update's deviation from the attackers' mean, so
+    that the round is cut into the attackers with that part against the smaller one. The graph then gains edges
+    that tie the attackers to one honest side and push the other's ids towards the minority. Rounds whose honest
+    updates are not cut get the clean models; from the round after ``rounds // 2`` it sends corrupted models, as
+    ``sleeper``."""
+
+    name = "side_join"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        from fedlns_core import FedLNS
+        from fedlns_core._cohort import round_parts
+        from fedlns_core._support import _unit
+
+        benign = [c for c in client_params if c not in malicious]
+        if self.round >= self.wake or not malicious or len(benign) < 3:
+            return client_params
+        keys = sorted(global_params)
+        honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
+        units = _unit(honest)
+        cut = "tree" if self.config is None else self.config.cohort_cut
+        parts = round_parts(units @ units.T, separation=FedLNS().separation, significant=cut == "significant")
+        if parts is None or not parts.apart:
+            return client_params
+        larger = parts.first if 2 * int(parts.first.sum()) >= len(benign) else ~parts.first
+        target = honest[larger].mean(axis=0)
+        own = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in malicious])
+        crafted = target + 0.5 * (own - own.mean(axis=0))
+        return {
+            **client_params,
+            **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(malicious, crafted)},
+        }
+
+
 class IPMSearch(_Colluding):
     """Inner product manipulation with the scale searched against the server's own step each round."""
 
@@ -762,6 +800,7 @@ ATTACKS = {
         Sleeper,
         CutBlend,
         HalfBlend,
+        SideJoin,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

@@ -71,6 +71,7 @@ ATTACK_NAMES = (
     "sleeper",
     "cut_blend",
     "half_blend",
+    "side_join",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
