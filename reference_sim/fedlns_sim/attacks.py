@@ -713,7 +713,8 @@ class SideJoin(Sleeper):
     """A sleeper that frames honest clients first. White-box against the cohort graph (and so against the
     confirmed cut, which rejects a group the graph places in the minority even in a round not cut): through the
     first half of the run, in every round whose honest updates are themselves cut apart (the rule's own
-    ``round_parts`` on their exact cosines: the false cuts of weakly agreeing honest updates), each attacker sends
+    ``round_parts`` on their exact cosines, the tree's cut whatever the server's ``cohort_cut``, so that its runs
+    do not depend on the setting: the false cuts of weakly agreeing honest updates), each attacker sends
     the mean of the larger honest part plus half of its own clean update's deviation from the attackers' mean, so
     that the round is cut into the attackers with that part against the smaller one. The graph then gains edges
     that tie the attackers to one honest side and push the other's ids towards the minority. Rounds whose honest
@@ -733,8 +734,7 @@ class SideJoin(Sleeper):
         keys = sorted(global_params)
         honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
         units = _unit(honest)
-        cut = "tree" if self.config is None else self.config.cohort_cut
-        parts = round_parts(units @ units.T, separation=FedLNS().separation, significant=cut == "significant")
+        parts = round_parts(units @ units.T, separation=FedLNS().separation)  # the tree's cut, whatever the setting
         if parts is None or not parts.apart:
             return client_params
         larger = parts.first if 2 * int(parts.first.sum()) >= len(benign) else ~parts.first
