@@ -3,8 +3,8 @@ the default (``cohort_cut="tree"``), FedAvg, clean FedAvg and the oracle in each
 ``PLAN.md``, each met or missed.
 
 Reads runs folders or results folders holding their archive (``scripts/results_confirmed_cut.sh``), one per step,
-named after it (``quick``, ``lora``, ``cpu``, ``lora-matrix``, ``cohort``, ``lora-matrix-bert``: the rows' first
-column); a run in more than one is read from the first.
+named after it (``quick``, ``lora``, ``cpu``, ``lora-matrix``, ``cohort``, ``lora-matrix-bert``, ``side-join``: the
+rows' first column); a run in more than one is read from the first.
 
 Usage: python scripts/confirmed_cut_table.py RUNS [RUNS ...]
        python scripts/confirmed_cut_table.py --fired RUNS   # the cells whose default to re-run, as sweep options
@@ -23,7 +23,12 @@ from fedlns_sim.report.stats import detection_rates
 from lora_matrix_table import print_checks
 
 CUTS = ("tree", "confirmed")  # the default's cut, the variant's
-LABELS = {"lora-matrix": "(d) lora-matrix", "cohort": "(e) cohort's matrix", "lora-matrix-bert": "(e) lora-matrix BERT"}
+LABELS = {
+    "lora-matrix": "(d) lora-matrix",
+    "cohort": "(e) cohort's matrix",
+    "lora-matrix-bert": "(e) lora-matrix BERT",
+    "side-join": "(f) side_join",
+}
 ADAPTIVE = ("cut_blend", "half_blend")  # attacks that change with the setting: the default always runs beside
 
 
@@ -63,7 +68,7 @@ def check(checks: dict, key: tuple, cell: dict) -> None:
         checks.setdefault("(b) full-model GPT and LLaMA: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)
         )
-    else:  # (c) of the plan's first LoRA cells, (d) of its third and fourth follow-ups, (e) of its fifth
+    else:  # (c) of the plan's first LoRA cells, (d) of its third and fourth follow-ups, (e) and (f) of the others
         label = LABELS.get(preset, "(c) LoRA GPT")
         checks.setdefault(f"{label}: within 1% of the default", []).append(
             (f"{name}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.01)

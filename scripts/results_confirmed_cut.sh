@@ -147,6 +147,6 @@ if [[ $step == side-join || $step == all ]]; then  # the sixth follow-up: the at
         --no-references --set cohort_cut="$cut"
     "$sim" sweep --preset cpu --set batch_clients=auto "${common[@]}" --families gpt --partitions iid --fractions 0.4 \
         --seeds 100 --methods fedlns_default --attacks side_join --no-references --set cohort_cut="$cut" \
-        --out "$runs/side-join"
+        --out "$runs/cpu"  # beside the cpu preset's other cells: a table cell is family, partition, fraction, attack
   done
 fi
