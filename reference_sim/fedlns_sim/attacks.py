@@ -711,15 +711,16 @@ class HalfBlend(CutBlend):
 
 class SideJoin(Sleeper):
     """A sleeper that frames honest clients first. White-box against the cohort graph (and so against the
-    confirmed cut, which rejects a group the graph places in the minority even in a round not cut): through the
-    first half of the run, in every round whose honest updates are themselves cut apart (the rule's own
-    ``round_parts`` on their exact cosines, the tree's cut whatever the server's ``cohort_cut``, so that its runs
-    do not depend on the setting: the false cuts of weakly agreeing honest updates), each attacker sends
-    the mean of the larger honest part plus half of its own clean update's deviation from the attackers' mean, so
-    that the round is cut into the attackers with that part against the smaller one. The graph then gains edges
-    that tie the attackers to one honest side and push the other's ids towards the minority. Rounds whose honest
-    updates are not cut get the clean models; from the round after ``rounds // 2`` it sends corrupted models, as
-    ``sleeper``."""
+    confirmed cut, which rejects a group the graph places in the minority even in a round not cut).
+
+    Through the first half of the run, in every round whose honest updates are themselves cut apart (the false
+    cuts of weakly agreeing honest updates: the rule's own ``round_parts`` on their exact cosines), each attacker
+    sends the mean of the larger honest part plus half of its own clean update's deviation from the attackers'
+    mean, so that the round is cut into the attackers with that part against the smaller one: the graph gains
+    edges that tie the attackers to one honest side and push the other's ids towards the minority. Rounds whose
+    honest updates are not cut get the clean models; from the round after ``rounds // 2`` it sends corrupted
+    models, as ``sleeper``. It reads the tree's cut whatever the server's ``cohort_cut``, so that its runs do not
+    depend on the setting."""
 
     name = "side_join"
 
