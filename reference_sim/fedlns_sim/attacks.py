@@ -265,6 +265,16 @@ def _unflat(flat: np.ndarray, like: dict, keys) -> dict:
     return out
 
 
+def _stacked(global_params: dict, client_params: dict, ids, keys) -> np.ndarray:
+    """The updates of ``ids``, flattened over ``keys``, one row each."""
+    return np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in ids])
+
+
+def _sending(global_params: dict, client_params: dict, ids, rows, keys) -> dict:
+    """``client_params`` with the models of ``ids`` replaced by the global model plus their flat update rows."""
+    return {**client_params, **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(ids, rows)}}
+
+
 class _Colluding(Attack):
     """Model poisoning: honest training, then every attacker of the round sends one crafted update computed from
     the benign clients' updates (``benign``: (n_benign, P)) or, in a round with no benign client, from the
@@ -531,7 +541,7 @@ class BandMimic(TargetCorruption):
             return client_params
         keys = sorted(global_params)
         mask = np.concatenate([np.full(global_params[k].size, k in norm_keys) for k in keys])
-        stacked = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
+        stacked = _stacked(global_params, client_params, benign, keys)
         out = dict(client_params)
         for client in malicious:
             update = band_mimic_update(_flat(_updates(global_params, client_params[client]), keys), stacked, mask)
@@ -670,8 +680,8 @@ class CutBlend(TargetCorruption):
         if not malicious or not benign:
             return client_params
         keys = sorted(global_params)
-        honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
-        poisoned = [_flat(_updates(global_params, client_params[c]), keys) for c in malicious]
+        honest = _stacked(global_params, client_params, benign, keys)
+        poisoned = _stacked(global_params, client_params, malicious, keys)
         separation = FedLNS().separation
         cut = "tree" if self.config is None else self.config.cohort_cut  # the server's setting
         sides = [1] * len(benign) + [-1] * len(malicious)  # for "confirmed": the history at its worst for them
@@ -683,10 +693,7 @@ class CutBlend(TargetCorruption):
             parts = round_parts(cosines, separation=separation, significant=cut == "significant")
             if (parts is None or not parts.apart) and (cut != "confirmed" or confirmed_cut(cosines, sides) is None):
                 break
-        return {
-            **client_params,
-            **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(malicious, crafted)},
-        }
+        return _sending(global_params, client_params, malicious, crafted, keys)
 
     def blend_targets(self, honest: np.ndarray, n_attackers: int, rng) -> list[np.ndarray]:
         """What each attacker leans towards: the k-th benign update (cycling)."""
@@ -733,19 +740,16 @@ class SideJoin(Sleeper):
         if self.round >= self.wake or not malicious or len(benign) < 3:
             return client_params
         keys = sorted(global_params)
-        honest = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in benign])
+        honest = _stacked(global_params, client_params, benign, keys)
         units = _unit(honest)
         parts = round_parts(units @ units.T, separation=FedLNS().separation)  # the tree's cut, whatever the setting
         if parts is None or not parts.apart:
             return client_params
         larger = parts.first if 2 * int(parts.first.sum()) >= len(benign) else ~parts.first
         target = honest[larger].mean(axis=0)
-        own = np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in malicious])
+        own = _stacked(global_params, client_params, malicious, keys)
         crafted = target + 0.5 * (own - own.mean(axis=0))
-        return {
-            **client_params,
-            **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(malicious, crafted)},
-        }
+        return _sending(global_params, client_params, malicious, crafted, keys)
 
 
 class IPMSearch(_Colluding):
