@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
 # Resumable (finished runs are skipped).
-# Usage: bash scripts/results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|side-join|all]
+# Usage: bash scripts/results_confirmed_cut.sh RUNS [STEP]; STEP one of quick, lora, blend, cpu, matrix, lora-matrix,
+# lora-matrix-bert, cohort, lora-matrix-bert-seeds, side-join, all (the default)
 set -euo pipefail
-runs="${1:?usage: results_confirmed_cut.sh RUNS [quick|lora|blend|cpu|matrix|lora-matrix|lora-matrix-bert|cohort|lora-matrix-bert-seeds|side-join|all]}"
+runs="${1:?usage: results_confirmed_cut.sh RUNS [STEP] (the steps: see the first lines)}"
 step="${2:-all}"
 sim=".venv/bin/fedlns-sim"
 common=(--jobs 2 --no-progress)
+frozen=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto)  # lora-matrix's frozen/ payload
 
 if [[ $step == quick || $step == all ]]; then  # full-model training from scratch, the quickstart's setting
   quick=(--preset quick "${common[@]}" --families gpt,bert,llama --partitions iid --fractions 0.4 --seeds 100,200,300)
@@ -14,7 +16,7 @@ if [[ $step == quick || $step == all ]]; then  # full-model training from scratc
   "$sim" sweep "${quick[@]}" --methods fedlns_default --no-references --set cohort_cut=confirmed --out "$runs/quick"
 fi
 
-lora=(--preset lora "${common[@]}" --families gpt --set peft_norms=false --set signature=auto --set learning_rate=1e-2)
+lora=("${frozen[@]}" --families gpt --set learning_rate=1e-2)
 if [[ $step == lora || $step == all ]]; then  # adapters only, GPT IID, seed 100: attacks written against the rule
   for cut in tree confirmed; do
     "$sim" sweep "${lora[@]}" --seeds 100 --partitions iid --fractions 0.4 --methods fedlns_default \
@@ -57,8 +59,7 @@ if [[ $step == cpu || $step == all ]]; then  # the cpu preset's BERT (docs/attac
 fi
 
 # lora-matrix's cells (its frozen/ payload), seed 200, the default's pair and the variant's each
-matrix=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto --seeds 200 --partitions iid,noniid
-        --methods fedlns_default --no-references)
+matrix=("${frozen[@]}" --seeds 200 --partitions iid,noniid --methods fedlns_default --no-references)
 if [[ $step == lora-matrix || $step == all ]]; then  # the third follow-up: lora-matrix's GPT and LLaMA cells, seed 200
   for fraction in 0.4 0.2; do
     cells=("--fractions $fraction --attacks target_corruption,backdoor,ipm,alie,lora_quiet,lora_band")
@@ -122,8 +123,8 @@ if [[ $step == cohort || $step == all ]]; then  # cohort/'s cpu matrix at seed 1
 fi
 
 if [[ $step == lora-matrix-bert-seeds || $step == all ]]; then  # lora-matrix's 26 BERT cells, seeds 100 then 300
-  bert=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto --partitions iid,noniid
-        --methods fedlns_default --no-references --families bert --set learning_rate=5e-3)
+  bert=("${frozen[@]}" --partitions iid,noniid --methods fedlns_default --no-references --families bert
+        --set learning_rate=5e-3)
   attacks=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band
   for seed in 100 300; do
     for cell in "--fractions 0" "--fractions 0.4,0.2 --attacks $attacks"; do
@@ -135,8 +136,7 @@ if [[ $step == lora-matrix-bert-seeds || $step == all ]]; then  # lora-matrix's 
 fi
 
 if [[ $step == side-join || $step == all ]]; then  # the sixth follow-up: the attack written against the confirmed cut
-  join=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto --partitions iid --fractions 0.4
-        --attacks side_join --out "$runs/side-join")
+  join=("${frozen[@]}" --partitions iid --fractions 0.4 --attacks side_join --out "$runs/side-join")
   "$sim" sweep "${join[@]}" --families gpt --set learning_rate=1e-2 --seeds 100,200,300 --methods fedavg --no-references
   for cut in tree confirmed; do
     "$sim" sweep "${join[@]}" --families gpt --set learning_rate=1e-2 --seeds 100,200,300 --methods fedlns_default \
