@@ -15,7 +15,8 @@ every screener is copied (untimed), and the FedAvg and FedLNS steps alternate, s
 * FedLNS: ``screener.screen(...)`` (input checks of every array, signatures, bank refresh, median/MAD,
   standardisation, scores, then the retain rule) and ``result.aggregate(...)`` of the retained clients, for
   the default (``FedLNS()``: update sketches, the population's groups, clipping; ``signature="auto"`` reads the
-  LoRA signature and the norms, 790,528 numbers per client), the default on one signature only
+  LoRA signature and the norms, 790,528 numbers per client), the default with the tree's cut alone
+  (``cohort_cut="tree"``, the default before the confirmed cut), the default on one signature only
   (``signature="lora"``: 524,288; ``"norm"``: 266,240) and ``FedLNS.paper()`` (the mixtures on the norms).
 """
 
@@ -64,8 +65,11 @@ def make_round(shapes, n_clients, rng, first_id=0):
     return global_params, clients, counts
 
 
-SCREENERS = {"FedLNS() (default)": (FedLNS, "auto"), "FedLNS(signature=\"lora\")": (FedLNS, "lora"),
-             "FedLNS(signature=\"norm\")": (FedLNS, "norm"), "FedLNS.paper()": (FedLNS.paper, "norm")}
+SCREENERS = {"FedLNS() (default)": (FedLNS, {"signature": "auto"}),
+             "FedLNS(cohort_cut=\"tree\")": (FedLNS, {"signature": "auto", "cohort_cut": "tree"}),
+             "FedLNS(signature=\"lora\")": (FedLNS, {"signature": "lora"}),
+             "FedLNS(signature=\"norm\")": (FedLNS, {"signature": "norm"}),
+             "FedLNS.paper()": (FedLNS.paper, {"signature": "norm"})}
 
 
 def main(argv=None) -> int:
@@ -75,8 +79,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     shapes = {**lora_shapes(), **norm_shapes()}
-    primed = {name: make(signature=signature, mixture_solver=args.solver, activation_threshold=200, random_state=0)
-              for name, (make, signature) in SCREENERS.items()}
+    primed = {name: make(**settings, mixture_solver=args.solver, activation_threshold=200, random_state=0)
+              for name, (make, settings) in SCREENERS.items()}
     for start in range(0, 200, 50):                                  # the bank: 200 clients of the full payload
         priming = make_round(shapes, 50, rng, first_id=1000 + start)
         for screener in primed.values():

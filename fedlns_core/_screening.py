@@ -367,7 +367,7 @@ class FedLNS:
         ``max_groups`` applies), kept whole (``"keep"``) or not aggregated at all (``"hold"``). Attackers apart
         only in the rounds they hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds
         the honest clients of those rounds and of split clean non-IID rounds (``docs/results/cohort``).
-    cohort_cut : {"tree", "significant", "confirmed"}, default="tree"
+    cohort_cut : {"tree", "significant", "confirmed"}, default="confirmed"
         ``"cohort"`` only: which cuts of a round count. ``"tree"``: every group the average-linkage tree finds
         that is coherent and apart (``separation``). ``"significant"``: only a cut wider than the cut the tree
         makes in 99 simulated rounds of exchangeable clients as alike as the round's (``docs/concepts.md``). It
@@ -378,7 +378,8 @@ class FedLNS:
         the rest and that the history (the cohort graph before the round) places outside the majority cohort, at
         least two of it in the minority and nobody else there, is rejected too (no edges added): updates of a model
         trained from scratch share so much that honest and corrupted ones are rarely apart by ``separation``
-        (BERT, ``docs/results/confirmed-cut``). Opt-in, measured on a few cells only.
+        (BERT, ``docs/results/confirmed-cut``). The default since it met its plan's criteria on every matrix;
+        ``"tree"`` is the default before it.
     cohort_vote : {"round", "history", "strong"}, default="round"
         ``"cohort"`` only: which graph the parts' votes read their members' sides from. ``"round"``: the graph
         with the round's own edges in it, so a client seen for the first time is placed by whom it sided with,
@@ -448,7 +449,7 @@ class FedLNS:
         loud_separation: float = 6.0,
         cohort_decay: float = 0.9,
         cohort_undecided: str = "support",
-        cohort_cut: str = "tree",
+        cohort_cut: str = "confirmed",
         cohort_vote: str = "round",
         sketch_dim: int = 2048,
         clip: str | None = "median",

@@ -1,6 +1,7 @@
 """The confirmed-cut study (``docs/results/confirmed-cut``) as Markdown: ``FedLNS(cohort_cut="confirmed")`` beside
 the default (``cohort_cut="tree"``), FedAvg, clean FedAvg and the oracle in each cell, and the criteria of its
-``PLAN.md``, each met or missed.
+``PLAN.md``, each met or missed. Written while the variant was opt-in: "the default" here is the tree's cut, the rule
+``FedLNS()`` had before the study made ``"confirmed"`` its default.
 
 Reads runs folders or results folders holding their archive (``scripts/results_confirmed_cut.sh``), one per step,
 named after it (``quick``, ``lora``, ``cpu``, ``lora-matrix``, ``cohort``, ``lora-matrix-bert``, ``side-join``: the

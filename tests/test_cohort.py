@@ -58,13 +58,13 @@ def test_a_weakly_agreeing_population_is_cut_only_by_chance():
     assert sum(round_parts(c, separation=0.5, significant=True).apart for c in rounds) <= 2
 
 
-def test_the_tree_cut_stays_the_default_and_the_significance_test_is_opt_in():
+def test_the_significance_test_is_opt_in():
     rng = np.random.default_rng(8)
     shared = rng.standard_normal(400)
     rounds = [_cosines([0.2 * shared + rng.standard_normal(400) for _ in range(10)]) for _ in range(20)]
-    assert sum(round_parts(c, separation=0.5).apart for c in rounds) >= 10  # FedLNS(): cohort_cut="tree"
+    assert sum(round_parts(c, separation=0.5).apart for c in rounds) >= 10  # what the tree alone cuts
     assert sum(round_parts(c, separation=0.5, significant=True).apart for c in rounds) <= 1
-    assert FedLNS().cohort_cut == "tree" and FedLNS(cohort_cut="significant").cohort_cut == "significant"
+    assert FedLNS().cohort_cut == "confirmed" and FedLNS(cohort_cut="significant").cohort_cut == "significant"
 
 
 def test_a_real_split_in_the_same_noise_is_still_cut():
@@ -438,4 +438,3 @@ def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
     assert results["support"].active and set(results["support"].retained) == set(range(6, 10))
     assert results["support"].rejected == results["keep"].rejected  # the support rule's decision
     assert FedLNS().cohort_undecided == "support"
-    assert FedLNS().cohort_cut == "tree"

@@ -346,8 +346,9 @@ def test_cut_blend_sends_the_least_honest_blend_whose_cut_does_not_count():
                for k, c in enumerate(malicious)}
     assert cut({**clients, **earlier}, True).apart
     assert all(sent[c] is clients[c] for c in range(6))
-    # Against the tree alone (the default): nothing below 0.9 hides it here, so it sends 0.9, the most honest.
-    sent = make_attack("cut_blend", TOKENIZER, _config()).craft(global_params, clients, malicious, (), rng)
+    # Against the tree alone: nothing below 0.9 hides it here, so it sends 0.9, the most honest.
+    sent = make_attack("cut_blend", TOKENIZER, _config(cohort_cut="tree")).craft(
+        global_params, clients, malicious, (), rng)
     assert cut(sent, False).apart and np.allclose(blend(sent), 0.9, atol=1e-4)
 
 
@@ -371,7 +372,8 @@ def test_cut_blend_against_the_confirmed_cut_also_hides_the_group_the_history_co
         return rows @ rows.T
 
     assert not round_parts(cosines(clients), separation=0.5).apart and confirmed_cut(cosines(clients), sides)
-    tree = make_attack("cut_blend", TOKENIZER, _config()).craft(global_params, clients, malicious, (), rng)
+    tree = make_attack("cut_blend", TOKENIZER, _config(cohort_cut="tree")).craft(
+        global_params, clients, malicious, (), rng)
     assert all(np.array_equal(tree[c]["w"], clients[c]["w"]) for c in malicious)  # nothing to hide from the tree
     sent = make_attack("cut_blend", TOKENIZER, _config(cohort_cut="confirmed")).craft(
         global_params, clients, malicious, (), rng)

@@ -99,6 +99,23 @@ def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():
         "fedlns_support", "fedlns_default", "fedavg"]
 
 
+def test_runs_made_before_the_confirmed_cut_keep_the_tree_cut_and_their_name():
+    from fedlns_sim.methods import make_screener
+
+    today = Config(method="fedlns_default")
+    archived = {k: v for k, v in today.to_dict().items() if k != "cohort_cut"}  # written before the setting
+    assert make_screener(today).cohort_cut == "confirmed"
+    assert make_screener(config_from_dict(archived)).cohort_cut == "tree"
+    tree = Config(method="fedlns_default", cohort_cut="tree")
+    assert config_from_dict(archived).run_name() == tree.run_name() != today.run_name()
+    # Other methods do not read the setting: their runs keep one name whatever it is, except under the attacks
+    # written against the cut, which read it.
+    for method in ("fedavg", "fedlns", "flame"):
+        assert Config(method=method).run_name() == Config(method=method, cohort_cut="tree").run_name()
+    blend = Config(method="fedavg", attack="cut_blend")
+    assert blend.run_name() != Config(method="fedavg", attack="cut_blend", cohort_cut="tree").run_name()
+
+
 def test_default_clip_switches_fedlns_defaults_clipping_and_names_only_its_runs():
     from fedlns_sim.methods import make_screener
 

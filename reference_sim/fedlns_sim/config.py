@@ -88,6 +88,9 @@ COHORT_CUTS = ("tree", "significant", "confirmed")
 COHORT_VOTES = ("round", "history", "strong")
 
 
+#: The attacks written against the cohort rule's cut: they read the server's ``cohort_cut``, whatever the method.
+CUT_ATTACKS = ("cut_blend", "half_blend")
+
 #: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
 DEFAULT_METHOD_KEYS = ("default_rule", "cohort_undecided", "default_clip", "default_warmup", "cohort_vote")
 #: Of those, the ones a run of another method may not change (the other two keep their archived values: LEGACY).
@@ -95,13 +98,18 @@ DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
-LEGACY = {"default_rule": "support", "cohort_undecided": "keep"}
+LEGACY = {"default_rule": "support", "cohort_undecided": "keep", "cohort_cut": "tree"}
 
 
 def experiment_fields(config_dict: dict) -> dict:
     """The config without the machine keys (and ``default_rule`` outside ``fedlns_default``, the one method it
-    applies to): what must match for two folders to hold the same run."""
-    unused = () if config_dict.get("method") == "fedlns_default" else DEFAULT_METHOD_KEYS
+    applies to; ``cohort_cut`` outside it and the attacks written against the cut): what must match for two
+    folders to hold the same run."""
+    unused: tuple[str, ...] = ()
+    if config_dict.get("method") != "fedlns_default":
+        unused = (
+            DEFAULT_METHOD_KEYS if config_dict.get("attack") in CUT_ATTACKS else (*DEFAULT_METHOD_KEYS, "cohort_cut")
+        )
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
@@ -188,8 +196,9 @@ class Config:
     # shows them as fedlns_support, the method that runs that rule now)
     cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold
     # (keep for runs archived before the setting: LEGACY)
-    cohort_cut: str = "tree"  # fedlns_default's FedLNS(cohort_cut=...): tree | significant | confirmed; also what
-    # cut_blend and half_blend attack, so it names every method's runs
+    cohort_cut: str = "confirmed"  # fedlns_default's FedLNS(cohort_cut=...): confirmed (its default) | tree (every run
+    # archived before it: LEGACY) | significant; also what cut_blend and half_blend attack, so it names every method's
+    # runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
     cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
