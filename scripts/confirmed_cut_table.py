@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 
 from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
+from fedlns_sim.config import CUT_ATTACKS
 from fedlns_sim.report.stats import detection_rates
 from lora_matrix_table import print_checks
 
@@ -30,7 +31,7 @@ LABELS = {
     "lora-matrix-bert": "(e) lora-matrix BERT",
     "side-join": "(f) side_join",
 }
-ADAPTIVE = ("cut_blend", "half_blend")  # attacks that change with the setting: the default always runs beside
+ADAPTIVE = CUT_ATTACKS  # attacks that change with the setting: the default always runs beside
 
 
 def fired(folder: str) -> list[str]:

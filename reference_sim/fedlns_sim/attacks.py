@@ -682,8 +682,9 @@ class CutBlend(TargetCorruption):
         keys = sorted(global_params)
         honest = _stacked(global_params, client_params, benign, keys)
         poisoned = _stacked(global_params, client_params, malicious, keys)
-        separation = FedLNS().separation
-        cut = FedLNS().cohort_cut if self.config is None else self.config.cohort_cut  # the server's setting
+        defaults = FedLNS()
+        separation = defaults.separation
+        cut = defaults.cohort_cut if self.config is None else self.config.cohort_cut  # the server's setting
         sides = [1] * len(benign) + [-1] * len(malicious)  # for "confirmed": the history at its worst for them
         targets = self.blend_targets(honest, len(malicious), rng)
         for lam in self.GRID:

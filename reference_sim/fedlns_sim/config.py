@@ -107,9 +107,9 @@ def experiment_fields(config_dict: dict) -> dict:
     folders to hold the same run."""
     unused: tuple[str, ...] = ()
     if config_dict.get("method") != "fedlns_default":
-        unused = (
-            DEFAULT_METHOD_KEYS if config_dict.get("attack") in CUT_ATTACKS else (*DEFAULT_METHOD_KEYS, "cohort_cut")
-        )
+        unused = DEFAULT_METHOD_KEYS
+        if config_dict.get("attack") not in CUT_ATTACKS:
+            unused += ("cohort_cut",)
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
