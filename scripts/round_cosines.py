@@ -1,0 +1,75 @@
+"""Per round of a recorded ``FedLNS()`` run: how alike its updates are, by kind, and where the cohort rule cuts it.
+
+For a run made with ``method=fedlns_default`` and ``record_signatures=true`` (its ``signatures/round-NNNN.npz``
+hold each client's update sketch): per round, the mean cosine of the sketches between honest clients, between
+attackers and across the two (known from the run's malicious set), then the cut :func:`fedlns_core._cohort.round_parts`
+makes at the rule's ``separation`` (whether the parts are apart, and how many attackers are in the part the tree
+took as its core), and how many clients the run rejected. Prints a Markdown table per run.
+
+Usage: python scripts/round_cosines.py RUN_DIR [RUN_DIR ...] [--separation 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from fedlns_core._cohort import round_parts
+from fedlns_core._support import _unit
+from fedlns_sim.runfiles import read_records
+
+
+def _mean(cosines: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> float:
+    block = cosines[np.ix_(rows, columns)]
+    if rows is columns:  # within one group: the pairs of distinct members
+        k = int(rows.sum())
+        return float((block.sum() - np.trace(block)) / (k * (k - 1))) if k > 1 else float("nan")
+    return float(block.mean()) if block.size else float("nan")
+
+
+def table(run_dir: Path, separation: float) -> str:
+    records = {r["round"]: r for r in read_records(run_dir)}
+    lines = [
+        "| round | screened | attackers | honest-honest | attacker-attacker | across | cut apart | attackers in "
+        "core / core size | rejected |",
+        "|---:|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for path in sorted((run_dir / "signatures").glob("round-*.npz")):
+        arrays = np.load(path)
+        t = int(path.stem.split("-")[1])
+        record = records.get(t)
+        if record is None:  # the signatures are saved before the round's record: a round in progress
+            continue
+        attacker = np.isin(arrays["clients"], record["malicious_sampled"])
+        honest = ~attacker
+        sketches = _unit(arrays["sketches"])
+        cosines = sketches @ sketches.T
+        parts = round_parts(cosines, separation=separation, dimension=sketches.shape[1])
+        cut = (
+            ("-", "-")
+            if parts is None or not parts.apart
+            else ("yes", f"{int(attacker[parts.first].sum())} / {int(parts.first.sum())}")
+        )
+        lines.append(
+            f"| {t} | {'yes' if record.get('active') else 'no'} | {int(attacker.sum())} | "
+            f"{_mean(cosines, honest, honest):.2f} | {_mean(cosines, attacker, attacker):.2f} | "
+            f"{_mean(cosines, honest, attacker):.2f} | {cut[0]} | {cut[1]} | "
+            f"{len(record['sampled']) - len(record['kept'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--separation", type=float, default=0.5, help="FedLNS(separation=) (default: 0.5)")
+    args = parser.parse_args(argv)
+    for run_dir in args.runs:
+        print(f"\n{run_dir.name}\n\n{table(run_dir, args.separation)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
