@@ -4,7 +4,9 @@ For a run made with ``method=fedlns_default`` and ``record_signatures=true`` (it
 hold each client's update sketch): per round, the mean cosine of the sketches between honest clients, between
 attackers and across the two (known from the run's malicious set), then the cut :func:`fedlns_core._cohort.round_parts`
 makes at the rule's ``separation`` (whether the parts are apart, and how many attackers are in the part the tree
-took as its core), and how many clients the run rejected. Prints a Markdown table per run.
+took as its core), and how many clients the run rejected. Two more columns try a cut that is not the rule's: the
+same tree on the sketches *centered* at the round's coordinate-wise median (the direction every client shares
+removed), alone and with the ``cohort_cut="significant"`` test. Prints a Markdown table per run.
 
 Usage: python scripts/round_cosines.py RUN_DIR [RUN_DIR ...] [--separation 0.5]
 """
@@ -29,12 +31,21 @@ def _mean(cosines: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> float:
     return float(block.mean()) if block.size else float("nan")
 
 
+def _cut(sketches: np.ndarray, attacker: np.ndarray, separation: float, significant: bool = False) -> str:
+    """'attackers in the core / core size' of the tree's cut of these sketches, '-' where the parts are not apart."""
+    units = _unit(sketches)
+    parts = round_parts(units @ units.T, separation=separation, dimension=sketches.shape[1], significant=significant)
+    if parts is None or not parts.apart:
+        return "-"
+    return f"{int(attacker[parts.first].sum())} / {int(parts.first.sum())}"
+
+
 def table(run_dir: Path, separation: float) -> str:
     records = {r["round"]: r for r in read_records(run_dir)}
     lines = [
-        "| round | screened | attackers | honest-honest | attacker-attacker | across | cut apart | attackers in "
-        "core / core size | rejected |",
-        "|---:|---|---:|---:|---:|---:|---|---:|---:|",
+        "| round | screened | attackers | honest-honest | attacker-attacker | across | attackers in core / core "
+        "size | rejected | centered cut | centered, significant |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for path in sorted((run_dir / "signatures").glob("round-*.npz")):
         arrays = np.load(path)
@@ -44,19 +55,15 @@ def table(run_dir: Path, separation: float) -> str:
             continue
         attacker = np.isin(arrays["clients"], record["malicious_sampled"])
         honest = ~attacker
-        sketches = _unit(arrays["sketches"])
-        cosines = sketches @ sketches.T
-        parts = round_parts(cosines, separation=separation, dimension=sketches.shape[1])
-        cut = (
-            ("-", "-")
-            if parts is None or not parts.apart
-            else ("yes", f"{int(attacker[parts.first].sum())} / {int(parts.first.sum())}")
-        )
+        units = _unit(arrays["sketches"])
+        cosines = units @ units.T
+        centered = arrays["sketches"] - np.median(arrays["sketches"], axis=0)
         lines.append(
             f"| {t} | {'yes' if record.get('active') else 'no'} | {int(attacker.sum())} | "
             f"{_mean(cosines, honest, honest):.2f} | {_mean(cosines, attacker, attacker):.2f} | "
-            f"{_mean(cosines, honest, attacker):.2f} | {cut[0]} | {cut[1]} | "
-            f"{len(record['sampled']) - len(record['kept'])} |"
+            f"{_mean(cosines, honest, attacker):.2f} | {_cut(arrays['sketches'], attacker, separation)} | "
+            f"{len(record['sampled']) - len(record['kept'])} | {_cut(centered, attacker, separation)} | "
+            f"{_cut(centered, attacker, separation, significant=True)} |"
         )
     return "\n".join(lines)
 

@@ -283,6 +283,47 @@ def test_until_the_confirmed_cut_fires_its_decisions_are_the_defaults(seed, frac
         assert confirmed.retained == default.retained and confirmed.rejected == default.rejected
 
 
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), n_attack=st.integers(0, 5), shift=st.floats(-50, 50))
+def test_the_centered_cut_does_not_see_a_direction_every_update_shares(seed, n_attack, shift):
+    """Adding one vector to every sketch of a round moves the round's median by it: the centred sketches, and so
+    the cut, are the same whatever direction the round shares."""
+    from fedlns_core._cohort import centered_parts
+
+    rng = np.random.default_rng(seed)
+    honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
+    rows = np.stack([(attack if i < n_attack else honest) + rng.standard_normal(DIM) for i in range(10)])
+    shared = shift * rng.standard_normal(DIM)
+    plain, moved = (centered_parts(r, separation=0.5, dimension=DIM) for r in (rows, rows + shared))
+    assert plain.apart == moved.apart
+    if plain.apart:
+        np.testing.assert_array_equal(plain.first, moved.first)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_centered_cut_finds_the_attackers_a_shared_direction_hides(seed):
+    """Updates that are mostly one direction every client shares (the paper preset's GPT from scratch,
+    docs/results/gpu-paper): the tree finds no parts apart and the history places nobody, so ``"confirmed"``
+    keeps the attackers; cut again without the shared direction, the rounds split along the kinds."""
+    tallies = {
+        cut: _tally(FedLNS.for_federation(60, 10, random_state=seed, cohort_cut=cut),
+                    _LoraLikeFederation(seed=seed, common=3.0, spread=0.8), 40)
+        for cut in ("confirmed", "centered")
+    }
+    (confirmed, _), (centered, only) = tallies["confirmed"], tallies["centered"]
+    attackers, honest = centered[0] + centered[1], centered[2] + centered[3]
+    assert confirmed[1] <= 0.1 * attackers, tallies
+    assert centered[1] >= 0.95 * attackers and centered[3] <= 0.05 * honest and only == 0, tallies
+
+
+@pytest.mark.parametrize("common", [0.0, 1.0, 3.0])
+def test_the_centered_cut_rejects_nobody_without_attackers(common):
+    for seed in (0, 1):
+        tally, _ = _tally(FedLNS.for_federation(60, 10, random_state=seed, cohort_cut="centered"),
+                          _LoraLikeFederation(seed=seed, fraction=0.0, common=common, spread=0.8), 30)
+        assert tally[3] == 0, (seed, tally)
+
+
 def test_the_round_vote_stays_the_default():
     assert FedLNS().cohort_vote == "round" and FedLNS(cohort_vote="history").cohort_vote == "history"
     with pytest.raises(ValueError, match="cohort_vote"):

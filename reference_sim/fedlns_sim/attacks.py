@@ -665,15 +665,16 @@ class CutBlend(TargetCorruption):
     weight. Against ``cohort_cut="confirmed"`` the blend must also leave no group of attackers that
     ``fedlns_core._cohort.confirmed_cut`` would reject if the history already placed every attacker in the
     minority and every honest client in the majority (the attackers' worst case: they cannot read the server's
-    graph). Where no ``lam`` below 1 hides the cut, the attackers send the largest one (the most honest-looking
-    poison)."""
+    graph); against ``"centered"``, also no cut of the updates centred at the round's median
+    (``fedlns_core._cohort.centered_parts``). Where no ``lam`` below 1 hides the cut, the attackers send the
+    largest one (the most honest-looking poison)."""
 
     name = "cut_blend"
     GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
         from fedlns_core import FedLNS
-        from fedlns_core._cohort import confirmed_cut, round_parts
+        from fedlns_core._cohort import centered_parts, confirmed_cut, round_parts
         from fedlns_core._support import _unit
 
         benign = [c for c in client_params if c not in malicious]
@@ -692,7 +693,10 @@ class CutBlend(TargetCorruption):
             units = _unit(np.vstack([honest, np.stack(crafted)]))
             cosines = units @ units.T
             parts = round_parts(cosines, separation=separation, significant=cut == "significant")
-            if (parts is None or not parts.apart) and (cut != "confirmed" or confirmed_cut(cosines, sides) is None):
+            if cut == "centered" and (parts is None or not parts.apart):
+                parts = centered_parts(np.vstack([honest, np.stack(crafted)]), separation=separation)
+            hidden = cut not in ("confirmed", "centered") or confirmed_cut(cosines, sides) is None
+            if (parts is None or not parts.apart) and hidden:
                 break
         return _sending(global_params, client_params, malicious, crafted, keys)
 

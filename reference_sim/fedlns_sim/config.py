@@ -84,7 +84,7 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 # fedlns_core's mixture solvers, cohort cuts and cohort votes (its settings table; a test keeps them equal): not
 # imported here, because reading run files must not need the core's numerical stack.
 MIXTURE_SOLVERS = ("fast", "sklearn")
-COHORT_CUTS = ("tree", "significant", "confirmed")
+COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
 COHORT_VOTES = ("round", "history", "strong")
 
 
@@ -197,8 +197,8 @@ class Config:
     cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold
     # (keep for runs archived before the setting: LEGACY)
     cohort_cut: str = "confirmed"  # fedlns_default's FedLNS(cohort_cut=...): confirmed (its default) | tree (every run
-    # archived before it: LEGACY) | significant; also what cut_blend and half_blend attack, so it names every method's
-    # runs
+    # archived before it: LEGACY) | significant | centered (a candidate); also what cut_blend and half_blend attack,
+    # so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
     cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
