@@ -20,7 +20,6 @@ path is broken.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
@@ -31,8 +30,9 @@ from pathlib import Path
 
 import torch
 
+from fedlns_sim.config import make_config
 from fedlns_sim.report.stats import detection_rates, screening_counts
-from fedlns_sim.runfiles import parse_records
+from fedlns_sim.runfiles import read_meta, read_records
 
 HERE = Path(__file__).resolve().parent
 # (label, method, overrides): the comparison of step 2; FedAvg and FedLNS at 40% with the references around them.
@@ -44,6 +44,11 @@ RUNS = (
     ("oracle (drops the attackers)", "oracle", {}),
     ("FedLNS() vs norm_freeze", "fedlns_default", {"attack": "norm_freeze"}),
 )
+
+
+def _settings(seed: int, overrides: dict) -> dict:
+    """The config overrides of one run of the comparison (the command's ``--set`` values and its folder's name)."""
+    return {"malicious_fraction": 0.4, "seed": seed, **overrides}
 
 
 def _sim(*args: str) -> list[str]:
@@ -109,7 +114,7 @@ def _compare(out: Path, preset: str, device: str, family: str, seed: int, until:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     processes = []
     for index, (_, method, overrides) in enumerate(RUNS):
-        settings = {"malicious_fraction": 0.4, "seed": seed, "threads": threads, **overrides}
+        settings = {**_settings(seed, overrides), "threads": threads}
         command = _sim(
             "run",
             "--preset",
@@ -142,32 +147,16 @@ def _compare(out: Path, preset: str, device: str, family: str, seed: int, until:
         log.close()
 
 
-def _run_folder(runs: Path, method: str, overrides: dict, family: str, seed: int) -> Path | None:
-    for config_file in sorted(runs.glob("*/config.json")):
-        config = json.loads(config_file.read_text())["config"]
-        want = {
-            "family": family,
-            "method": method,
-            "seed": seed,
-            "malicious_fraction": 0.4,
-            "attack": None,
-            **overrides,
-        }
-        if all(value is None or config.get(key) == value for key, value in want.items()) and (
-            "attack" in overrides or config["attack"] != "norm_freeze"
-        ):
-            return config_file.parent
-    return None
-
-
 def _summary(out: Path, preset: str, device: str, family: str, seed: int) -> str:
     """The six runs over the rounds that all of them finished: perplexity every 10 rounds, detection, timing."""
-    found = {label: _run_folder(out / "runs", method, overrides, family, seed) for label, method, overrides in RUNS}
-    records = {
-        label: parse_records((folder / "rounds.jsonl").read_text()) if folder else [] for label, folder in found.items()
+    configs = {
+        label: make_config(preset, family, method=method, **_settings(seed, overrides))
+        for label, method, overrides in RUNS
     }
+    folders = {label: out / "runs" / config.run_name() for label, config in configs.items()}
+    records = {label: read_records(folder) for label, folder in folders.items()}  # [] for a run not started
     common = min((r[-1]["round"] if r else 0) for r in records.values())
-    rounds = next(json.loads((f / "config.json").read_text())["config"]["rounds"] for f in found.values() if f)
+    rounds = next(iter(configs.values())).rounds
     name = torch.cuda.get_device_name() if device == "cuda" else "the CPU"
     lines = [
         f"{family.upper()}, `{preset}` preset, IID, seed {seed}, on {name} (torch {torch.__version__}); the "
@@ -206,8 +195,7 @@ def _summary(out: Path, preset: str, device: str, family: str, seed: int) -> str
             + " | ".join(f"{by_round[t]['perplexity']:.1f}" for t in checkpoints)
             + f" | {detection} | {counts['attackers_only'] if screens else '-'} | {timing} |"
         )
-    folder = next(f for f in found.values() if f)
-    unigram = json.loads((folder / "config.json").read_text()).get("unigram_perplexity")
+    unigram = (read_meta(folders[RUNS[1][0]]) or {}).get("unigram_perplexity")
     if unigram:
         lines += ["", f"Unigram perplexity of the evaluation set (from the training split): {unigram:.1f}."]
     return "\n".join(lines)

@@ -71,6 +71,9 @@ STRONG_CUT = 0.5
 #: count the rounds where it fired by it.
 CONFIRMED_REASON = "in a group of the round that agrees more within"
 
+#: The ``cohort_cut`` settings that, in a round without a cut, search the history for one (:func:`confirmed_cut`).
+HISTORY_CUTS = ("confirmed", "centered")
+
 #: How the reason of a client rejected in a part of :func:`centered_parts`'s cut begins.
 CENTERED_REASON = "in the part of the round apart from the rest once the round's shared direction is removed"
 
@@ -470,7 +473,7 @@ def cohort_rule(
                     f"the population's majority cohort (vote {votes[lower]:+d} of "
                     f"{int(members[lower].sum())})"
                 )
-    if cut is None and cohort_cut in ("confirmed", "centered") and decide and parts is not None:
+    if cut is None and cohort_cut in HISTORY_CUTS and decide and parts is not None:
         history = graph.sides()  # the round added no edges: the history before it
         confirmed = confirmed_cut(cosines, [history[client_id] for client_id in ids], dimension)
         if confirmed is not None:

@@ -674,7 +674,7 @@ class CutBlend(TargetCorruption):
 
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
         from fedlns_core import FedLNS
-        from fedlns_core._cohort import centered_parts, confirmed_cut, round_parts
+        from fedlns_core._cohort import HISTORY_CUTS, centered_parts, confirmed_cut, round_parts
         from fedlns_core._support import _unit
 
         benign = [c for c in client_params if c not in malicious]
@@ -690,12 +690,13 @@ class CutBlend(TargetCorruption):
         targets = self.blend_targets(honest, len(malicious), rng)
         for lam in self.GRID:
             crafted = [(1 - lam) * p + lam * target for p, target in zip(poisoned, targets)]
-            units = _unit(np.vstack([honest, np.stack(crafted)]))
+            rows = np.vstack([honest, np.stack(crafted)])
+            units = _unit(rows)
             cosines = units @ units.T
             parts = round_parts(cosines, separation=separation, significant=cut == "significant")
             if cut == "centered" and (parts is None or not parts.apart):
-                parts = centered_parts(np.vstack([honest, np.stack(crafted)]), separation=separation)
-            hidden = cut not in ("confirmed", "centered") or confirmed_cut(cosines, sides) is None
+                parts = centered_parts(rows, separation=separation)
+            hidden = cut not in HISTORY_CUTS or confirmed_cut(cosines, sides) is None
             if (parts is None or not parts.apart) and hidden:
                 break
         return _sending(global_params, client_params, malicious, crafted, keys)
