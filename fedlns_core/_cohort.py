@@ -248,6 +248,50 @@ def confirmed_cut(
     return None if best is None else (best[1], best[2], best[3])
 
 
+def deviation_part(scores: np.ndarray, first: np.ndarray, reference: np.ndarray) -> tuple[int, str, float] | None:
+    """``cohort_undecided="deviation"``: the part of a cut that the deviation score ``delta`` tells apart, if any.
+
+    The paper's statistic, read on both sides, for a round the history cannot decide. A part is rejected when
+
+    * every member's ``delta`` lies on one side of every other client's (all above: a loud change; all below: a
+      quiet one, as ``norm_freeze`` sends, down to no change at all),
+    * its median ``delta`` is further from the population's typical change (the median of ``reference``, the
+      recent bank entries' scores) than the other part's, by ratio (``|log(delta / typical)|``: scores are
+      magnitudes, and a zero change is infinitely quiet), and
+    * it is the smaller part: a decision the round's majority would lose is not made on one statistic an
+      attacker can aim (an attacker that puts its ``delta`` at the typical one, in a round whose honest changes
+      all moved away from it, would otherwise have the honest part rejected).
+
+    Returns the part (0 for ``first``, 1 for the rest), its side (``"above"`` or ``"below"``) and the typical
+    score, or None.
+
+    >>> first = np.array([True, True, False, False, False])
+    >>> deviation_part(np.array([0.0, 0.0, 2.1, 3.0, 2.5]), first, reference=np.array([0.0, 2.0, 2.2, 2.8, 3.1]))
+    (0, 'below', 2.2)
+    >>> deviation_part(np.array([0.0, 2.5, 2.1, 3.0, 2.5]), first, np.array([2.0, 2.2])) is None   # they overlap
+    True
+    >>> deviation_part(np.array([2.0, 2.1, 9.0, 9.5, 8.0]), first, np.array([2.0, 2.2])) is None   # the larger part
+    True
+    """
+    reference = reference[np.isfinite(reference)]
+    if not reference.size or first.all() or not first.any() or 2 * int(first.sum()) == first.size:
+        return None
+    typical = float(np.median(reference))
+    parts = (scores[first], scores[~first])
+    if parts[0].min() > parts[1].max():
+        side = ("above", "below")
+    elif parts[0].max() < parts[1].min():
+        side = ("below", "above")
+    else:
+        return None
+    with np.errstate(divide="ignore"):
+        distance = [abs(float(np.median(np.log(part))) - np.log(typical)) if typical > 0 else 0.0 for part in parts]
+    far = 0 if distance[0] > distance[1] else 1
+    if distance[0] == distance[1] or parts[far].size > parts[1 - far].size:
+        return None
+    return far, side[far], typical
+
+
 def cut_effect(cosines: np.ndarray, first: np.ndarray) -> tuple[float, float]:
     """A cut's gap in spreads, and the spread: ``(within - across) / s``, where ``within`` and ``across`` are the
     median pair cosines within ``first`` and between it and the rest, and ``s`` the robust spread (1.4826 times
@@ -406,10 +450,11 @@ def cohort_rule(
         Whose rows they are.
     graph : CohortGraph
         The graph before this round.
-    undecided : {"keep", "hold", "support"}
+    undecided : {"keep", "hold", "deviation", "support"}
         A round that falls into parts apart while no cohort holds more than half of the bank's ids: ``"keep"``
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
-        ``majority_only``, is otherwise kept there). ``"support"`` is decided by the screener, which hands such a
+        ``majority_only``, is otherwise kept there), or ``"deviation"``, reject the part the deviation score tells
+        apart (:func:`deviation_part`) and keep everyone where it tells none. ``"support"`` is decided by the screener, which hands such a
         round (``CohortOutcome.to_support``) to the support rule; here it keeps everyone.
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="tree"
         ``FedLNS(cohort_cut=...)``: every cut the tree finds that is apart, only those wider than chance
@@ -455,6 +500,7 @@ def cohort_rule(
         members = [cut.first, ~cut.first]
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]
         lower = 0 if votes[0] <= votes[1] else 1
+        where = CENTERED_REASON if centered else "in the part of the round apart from the rest"
         if undecided == "hold" and open_round:
             kept = np.zeros(n, dtype=bool)
             for i in range(n):
@@ -463,9 +509,19 @@ def cohort_rule(
                     f"{cut.within:.3g} within) and no cohort of the history holds more than half of the bank's "
                     "ids to tell which is honest"
                 )
+        elif undecided == "deviation" and open_round:
+            told = deviation_part(scores, cut.first, bank_scores[recent_rows(stamps, recent)])
+            if told is not None:
+                far, above_or_below, typical = told
+                kept = ~members[far]
+                for i in np.flatnonzero(members[far]).tolist():
+                    reasons[i] = (
+                        f"{where} (mean cosine {cut.across:.3g} across, {cut.within:.3g} within) whose normalization "
+                        f"changes all lie {above_or_below} the other part's and further from the bank's typical delta "
+                        f"{typical:.3g}, in a round no cohort of the history can decide"
+                    )
         elif votes[lower] < 0:
             kept = ~members[lower]
-            where = CENTERED_REASON if centered else "in the part of the round apart from the rest"
             for i in np.flatnonzero(members[lower]).tolist():
                 reasons[i] = (
                     f"{where} (mean cosine {cut.across:.3g} "

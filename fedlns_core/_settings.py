@@ -107,7 +107,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "max_groups": [Interval("int", 2)],
     "loud_separation": [Interval("real", 0, None, closed="neither")],
     "cohort_decay": [Interval("real", 0, 1, closed="right")],
-    "cohort_undecided": [Options(("support", "keep", "hold"))],
+    "cohort_undecided": [Options(("support", "keep", "hold", "deviation"))],
     "cohort_cut": [Options(("tree", "significant", "confirmed", "centered"))],
     "cohort_vote": [Options(("round", "history", "strong"))],
     "sketch_dim": [Interval("int", 16)],

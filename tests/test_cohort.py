@@ -5,7 +5,7 @@ import pytest
 from hypothesis import assume, example, given, settings, strategies as st
 
 from fedlns_core import FedLNS
-from fedlns_core._cohort import CohortGraph, _best_cut, cut_effect, round_parts
+from fedlns_core._cohort import CohortGraph, _best_cut, cut_effect, deviation_part, round_parts
 from fedlns_core._support import _unit
 
 DIM = 2048  # the sketch's default length: chance cosines of about 1 / sqrt(2048) = 0.022
@@ -467,6 +467,77 @@ def test_hold_aggregates_nobody_in_a_split_round_the_history_cannot_decide():
             assert set(result.retained) == set(rounds[2])
         else:
             assert not result.retained and all(r.startswith("screened: held") for r in result.rejected.values())
+
+
+def _open_round(seed, n_attack, norm_scale):
+    """As :func:`_undecided_rounds`, the third round's first ``n_attack`` clients (of 10) sending the attack
+    direction with their normalization change ``norm_scale`` times an honest one's (0: sent back unchanged)."""
+    rng = np.random.default_rng(seed)
+    honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
+
+    def client(direction, scale=1.0):
+        return {
+            "h.0.ln_1.weight": 1 + scale * 0.01 * rng.standard_normal(8),
+            "h.0.attn.weight": direction + rng.standard_normal(DIM),
+        }
+
+    rounds = [{i: client(honest) for i in range(start, start + 10)} for start in (10, 20)]
+    rounds.append({i: client(attack, norm_scale) if i < n_attack else client(honest) for i in range(10)})
+    return {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}, rounds
+
+
+@pytest.mark.parametrize("norm_scale, side", [(0.0, "below"), (20.0, "above")])
+def test_deviation_rejects_a_minority_part_whose_normalization_change_is_apart(norm_scale, side):
+    """``cohort_undecided="deviation"``: a quiet (norm_freeze) or loud minority, apart in its updates, in a round no
+    cohort can decide, is rejected on the deviation score; everyone else is kept."""
+    global_params, rounds = _open_round(6, 4, norm_scale)
+    screener = FedLNS(activation_threshold=20, random_state=0, cohort_undecided="deviation")
+    for clients in rounds:
+        result = screener.screen(global_params, clients, {i: 10 for i in clients})
+    assert result.active and set(screener._cohort.sides().values()) == {0}
+    assert set(result.rejected) == {0, 1, 2, 3}
+    assert all(f"all lie {side} the other part's" in reason for reason in result.rejected.values())
+
+
+@pytest.mark.parametrize(
+    "n_attack, norm_scale",
+    [(6, 0.0), (4, 1.0)],  # the attackers hold the round; their changes look like the honest ones
+)
+def test_deviation_keeps_a_round_it_cannot_tell(n_attack, norm_scale):
+    global_params, rounds = _open_round(7, n_attack, norm_scale)
+    screener = FedLNS(activation_threshold=20, random_state=0, cohort_undecided="deviation")
+    for clients in rounds:
+        result = screener.screen(global_params, clients, {i: 10 for i in clients})
+    assert result.active and result.rejected == {}
+
+
+_scores = st.lists(st.floats(0.0, 50.0), min_size=3, max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_scores, st.lists(st.booleans(), min_size=3, max_size=20), _scores)
+def test_deviation_part_rejects_only_a_smaller_part_apart_on_one_side(scores, flags, reference):
+    n = min(len(scores), len(flags))
+    scores, first, reference = np.array(scores[:n]), np.array(flags[:n]), np.array(reference)
+    told = deviation_part(scores, first, reference)
+    swapped = deviation_part(scores, ~first, reference)  # which part is "first" does not matter
+    assert (swapped is None) == (told is None)
+    if told is not None:
+        part = first if told[0] == 0 else ~first
+        assert 2 * part.sum() < n
+        above = scores[part].min() > scores[~part].max()
+        assert above or scores[part].max() < scores[~part].min()
+        assert told[1] == ("above" if above else "below")
+        assert swapped[0] == 1 - told[0] and swapped[1:] == told[1:]
+
+
+def test_deviation_part_measures_distance_by_ratio():
+    """Twice the typical change and half of it are as far: the part further by ratio is the one told apart."""
+    first = np.array([True, True, False, False, False])
+    assert deviation_part(np.array([0.5, 0.5, 1.9, 2.0, 2.1]), first, np.array([2.0]))[:2] == (0, "below")
+    assert deviation_part(np.array([1.9, 2.0, 0.5, 0.6, 0.7]), first, np.array([1.0]))[:2] == (0, "above")
+    assert deviation_part(np.array([4.0, 4.0, 0.5, 0.5, 0.5]), first, np.array([1.0]))[:2] == (0, "above")
+    assert deviation_part(np.array([3.0, 3.0, 0.2, 0.2, 0.2]), first, np.array([1.0])) is None  # the rest is further
 
 
 def test_support_fallback_decides_an_open_round_as_the_support_rule_would():

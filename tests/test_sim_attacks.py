@@ -220,10 +220,32 @@ def test_attacks_against_the_support_rule():
     attack = make_attack("ipm_search", TOKENIZER, config)
     plain = attack.craft(global_params, clients, malicious, NORMS, None)
     assert np.allclose(_update(global_params, plain[malicious[0]]), -0.1 * mean, atol=1e-6)
-    assert attack.white_box and not any(ATTACKS[name].white_box for name in ATTACKS if name != "ipm_search")
+    assert {name for name in ATTACKS if ATTACKS[name].white_box} == {"ipm_search", "norm_scale_search"}
     fedavg = lambda sent: {k: np.mean([p[k] for p in sent.values()], axis=0) for k in global_params}  # noqa: E731
     searched = attack.craft(global_params, clients, malicious, NORMS, None, server=fedavg)
     assert np.allclose(_update(global_params, searched[malicious[0]]), -16 * mean, rtol=1e-4, atol=1e-4)
+
+
+def test_norm_scale_search_sizes_the_normalization_change_the_server_keeps_and_is_hurt_most_by():
+    """Against a server that averages the clients whose normalization change is within 0.5-1.5 times the benign
+    median: the attackers' own change (twice it) is rejected; of the sizes kept, the largest (1.25 times) moves
+    the average furthest from the benign mean. Only the normalization parameters change."""
+    global_params, clients, malicious = _round()
+    benign = [c for c in clients if c not in malicious]
+    budget = np.median([np.linalg.norm(clients[c]["ln.weight"] - 1.0) for c in benign])
+
+    def server(sent):
+        kept = [p for p in sent.values() if 0.5 * budget <= np.linalg.norm(p["ln.weight"] - 1.0) <= 1.5 * budget]
+        return {k: np.mean([p[k] for p in kept], axis=0) for k in global_params}
+
+    attack = make_attack("norm_scale_search", TOKENIZER, _config())
+    assert attack.craft(global_params, clients, malicious, NORMS, None) is clients  # no server: as trained
+    sent = attack.craft(global_params, clients, malicious, NORMS, None, server=server)
+    for client in malicious:
+        change = sent[client]["ln.weight"] - 1.0
+        assert np.linalg.norm(change) == pytest.approx(1.25 * budget, rel=1e-5)
+        assert sent[client]["w"] is clients[client]["w"]
+    assert all(sent[c] is clients[c] for c in benign)
 
 
 def test_majority_only_poisons_only_the_rounds_its_attackers_hold():

@@ -463,6 +463,42 @@ class DeltaBudget(TargetCorruption):
         return out
 
 
+class NormScaleSearch(TargetCorruption):
+    """Corrupted training; the normalization change's size searched against the server's own step each round."""
+
+    name = "norm_scale_search"
+    white_box = True
+    #: Each normalization parameter's change set to this many times the round's benign median size of that
+    #: parameter's change (``None``: the attacker's own change, as trained).
+    GRID = (None, 0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng, server=None):
+        benign = [c for c in client_params if c not in malicious]
+        if not malicious or not benign or server is None:
+            return client_params
+        keys = sorted(global_params)
+        mean = np.mean([_flat(_updates(global_params, client_params[c]), keys) for c in benign], axis=0)
+        budget = {
+            k: float(np.median([np.linalg.norm(client_params[c][k] - global_params[k]) for c in benign]))
+            for k in norm_keys
+        }
+        best, best_distance = client_params, -1.0
+        for multiple in self.GRID:
+            sent = dict(client_params)
+            for client in malicious if multiple is not None else ():
+                params = dict(client_params[client])
+                for key in norm_keys:
+                    change = np.asarray(params[key], dtype=np.float64) - global_params[key]
+                    size = np.linalg.norm(change)
+                    scale = multiple * budget[key] / size if size > 0 else 0.0
+                    params[key] = (global_params[key] + change * scale).astype(params[key].dtype)
+                sent[client] = params
+            distance = float(np.linalg.norm(_flat(_updates(global_params, server(sent)), keys) - mean))
+            if distance > best_distance:
+                best, best_distance = sent, distance
+        return best
+
+
 class NormNoise(TargetCorruption):
     """Corrupted training; normalization parameters sent as the global ones plus benign-scale noise."""
 
@@ -802,6 +838,7 @@ ATTACKS = {
         NormFreeze,
         Decoy,
         DeltaBudget,
+        NormScaleSearch,
         NormNoise,
         BandMimic,
         IPMSearch,

@@ -62,6 +62,7 @@ ATTACK_NAMES = (
     "norm_freeze",
     "decoy",
     "delta_budget",
+    "norm_scale_search",
     "norm_noise",
     "band_mimic",
     "ipm_search",
@@ -301,8 +302,8 @@ class Config:
                 f"default_rule must be cohort or support, got {self.default_rule!r}",
             ),
             (
-                self.cohort_undecided in ("keep", "hold", "support"),
-                f"cohort_undecided must be keep, hold or support, got {self.cohort_undecided!r}",
+                self.cohort_undecided in ("keep", "hold", "deviation", "support"),
+                f"cohort_undecided must be keep, hold, deviation or support, got {self.cohort_undecided!r}",
             ),
             (
                 self.cohort_cut in COHORT_CUTS,
