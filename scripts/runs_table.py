@@ -1,8 +1,8 @@
 """One line per run: its cell, the rule's settings that vary, perplexity, detection rates, attackers-only rounds.
 
 For results folders whose runs are single cells rather than a matrix (e.g. ``docs/results/cut-test``): prints a
-Markdown table with, per run, family, partition, malicious share, attack, method, ``cohort_cut``, the best and the
-last 10 rounds' mean perplexity, TPR / FPR over the screened rounds and the number of screened rounds that kept
+Markdown table with, per run, family, partition, malicious share, attack, method, seed, the default rule's
+``cohort_cut`` and ``cohort_undecided`` (``fedlns_default`` runs only), the best and the last 10 rounds' mean perplexity, TPR / FPR over the screened rounds and the number of screened rounds that kept
 attackers only.
 
 Usage: python scripts/runs_table.py RUNS [RUNS ...]   (runs folders, archives or results folders holding one)
@@ -27,13 +27,18 @@ def summary(config: dict, records: list[dict]) -> str:
         if r.get("active") and "kept" in r
     )
     screens = config["method"].startswith("fedlns")
+    rule = (
+        f"{config.get('cohort_cut', 'tree')} / {config.get('cohort_undecided', 'keep')}"
+        if config["method"] == "fedlns_default"
+        else "-"
+    )
     detection = detection_rates(c["tp"], c["fp"], c["fn"], c["tn"])
     tpr = "-" if math.isnan(detection["tpr"]) else f"{detection['tpr']:.2f}"  # no attackers: nothing to catch
     rates = f"{tpr} / {detection['fpr']:.2f}" if screens else "-"
     return (
         f"| {config['family']} | {config['partition']} | {100 * config['malicious_fraction']:.0f}% | "
-        f"{config['attack'] if config['malicious_fraction'] else '-'} | {config['method']} | "
-        f"{config.get('cohort_cut', 'tree') if screens else '-'} | {min(perplexity):.1f} / "
+        f"{config['attack'] if config['malicious_fraction'] else '-'} | {config['method']} | {config['seed']} | "
+        f"{rule} | {min(perplexity):.1f} / "
         f"{sum(perplexity[-10:]) / 10:.1f} | {rates} | {c['attackers_only'] if screens else '-'} |"
     )
 
@@ -43,10 +48,10 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     print(
-        "| family | partition | malicious | attack | method | cohort_cut | best / last 10 | TPR / FPR | "
-        "attackers-only rounds |"
+        "| family | partition | malicious | attack | method | seed | cohort_cut / undecided | best / last 10 | "
+        "TPR / FPR | attackers-only rounds |"
     )
-    print("|---|---|---:|---|---|---|---:|---:|---:|")
+    print("|---|---|---:|---|---|---:|---|---:|---:|---:|")
     for source in argv:
         for _name, files in stored_runs(source):
             print(summary(json.loads(files["config.json"])["config"], parse_records(files["rounds.jsonl"])))
