@@ -265,6 +265,10 @@ def deviation_part(scores: np.ndarray, first: np.ndarray, reference: np.ndarray)
     Returns the part (0 for ``first``, 1 for the rest), its side (``"above"`` or ``"below"``) and the typical
     score, or None.
 
+    Measured, and failed (docs/results/gpu-paper): at 40% attackers the recent bank's median lies between the
+    kinds (their entries pull it), so in a round the attackers hold, the honest part can be the further one; on
+    the paper-scale testbed that happened without an adaptive attacker, and the round kept attackers only.
+
     >>> first = np.array([True, True, False, False, False])
     >>> deviation_part(np.array([0.0, 0.0, 2.1, 3.0, 2.5]), first, reference=np.array([0.0, 2.0, 2.2, 2.8, 3.1]))
     (0, 'below', 2.2)

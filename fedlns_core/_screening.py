@@ -365,9 +365,10 @@ class FedLNS:
         ``"cohort"`` only: a round that falls into parts apart while no cohort of the history holds more than
         half of the bank's ids is decided by the ``"support"`` rule (the recent bank's groups of sketches;
         ``max_groups`` applies), kept whole (``"keep"``), not aggregated at all (``"hold"``), or decided by the
-        deviation score on both sides (``"deviation"``, a candidate: the smaller part is rejected when its
-        scores all lie above or all below the rest's and further by ratio from the recent bank's median score;
-        else everyone is kept). Attackers apart only in the rounds they hold (``majority_only``) are kept there
+        deviation score on both sides (``"deviation"``, a candidate that failed its measurement, kept so that
+        it re-runs: the smaller part is rejected when its scores all lie above or all below the rest's and
+        further by ratio from the recent bank's median score, else everyone is kept; in a round the attackers
+        held it rejected the honest part, ``docs/results/gpu-paper``). Attackers apart only in the rounds they hold (``majority_only``) are kept there
         with ``"keep"``; ``"hold"`` also holds the honest clients of those rounds and of split clean non-IID
         rounds (``docs/results/cohort``).
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="confirmed"
