@@ -505,6 +505,8 @@ def cohort_rule(
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]
         lower = 0 if votes[0] <= votes[1] else 1
         where = CENTERED_REASON if centered else "in the part of the round apart from the rest"
+        rejected_part: np.ndarray | None = None
+        why = ""
         if undecided == "hold" and open_round:
             kept = np.zeros(n, dtype=bool)
             for i in range(n):
@@ -517,22 +519,21 @@ def cohort_rule(
             told = deviation_part(scores, cut.first, bank_scores[recent_rows(stamps, recent)])
             if told is not None:
                 far, above_or_below, typical = told
-                kept = ~members[far]
-                for i in np.flatnonzero(members[far]).tolist():
-                    reasons[i] = (
-                        f"{where} (mean cosine {cut.across:.3g} across, {cut.within:.3g} within) whose normalization "
-                        f"changes all lie {above_or_below} the other part's and further from the bank's typical delta "
-                        f"{typical:.3g}, in a round no cohort of the history can decide"
-                    )
-        elif votes[lower] < 0:
-            kept = ~members[lower]
-            for i in np.flatnonzero(members[lower]).tolist():
-                reasons[i] = (
-                    f"{where} (mean cosine {cut.across:.3g} "
-                    f"across, {cut.within:.3g} within) whose clients' history places them outside "
-                    f"the population's majority cohort (vote {votes[lower]:+d} of "
-                    f"{int(members[lower].sum())})"
+                rejected_part = members[far]
+                why = (
+                    f"whose normalization changes all lie {above_or_below} the other part's and further from the "
+                    f"bank's typical delta {typical:.3g}, in a round no cohort of the history can decide"
                 )
+        elif votes[lower] < 0:
+            rejected_part = members[lower]
+            why = (
+                "whose clients' history places them outside the population's majority cohort "
+                f"(vote {votes[lower]:+d} of {int(members[lower].sum())})"
+            )
+        if rejected_part is not None:
+            kept = ~rejected_part
+            for i in np.flatnonzero(rejected_part).tolist():
+                reasons[i] = f"{where} (mean cosine {cut.across:.3g} across, {cut.within:.3g} within) {why}"
     if cut is None and cohort_cut in HISTORY_CUTS and decide and parts is not None:
         history = graph.sides()  # the round added no edges: the history before it
         confirmed = confirmed_cut(cosines, [history[client_id] for client_id in ids], dimension)
