@@ -129,6 +129,32 @@ def test_cohort_replay_gives_each_clients_sides_and_the_default_vote_reads_them_
     assert lines[0]["sides"] == {str(c): sides for c, sides in decisions[0]["sides"].items()}
 
 
+def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch):
+    """``cohort:keep`` keeps a round no cohort can decide whole; ``hold`` and ``deviation`` reject more there and
+    nothing less anywhere (the cohort graph learns from the cuts alone, so the rounds' histories are the same)."""
+    import fedlns_sim.replay as replay_module
+
+    settings = []
+
+    def spy(*args, **kwargs):
+        settings.append(kwargs["undecided"])
+        return rule(*args, **kwargs)
+
+    rule = replay_module.cohort_rule
+    monkeypatch.setattr(replay_module, "cohort_rule", spy)
+    keep = replay(recorded_cohort, "cohort:keep")
+    assert set(settings) == {"keep"}
+    for other in ("cohort:hold", "cohort:deviation"):
+        settings.clear()
+        decisions = replay(recorded_cohort, other)
+        assert set(settings) == {other.split(":")[1]}
+        assert [d["round"] for d in decisions] == [d["round"] for d in keep]
+        for mine, kept_whole in zip(decisions, keep):
+            assert set(mine["kept"]) <= set(kept_whole["kept"])
+    with pytest.raises(ValueError, match="cohort:C takes one of"):
+        replay(recorded_cohort, "cohort:sometimes")
+
+
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):
     decisions = reproduced(recorded_default, "support", 3)
     assert replay(recorded_default) == decisions  # a fedlns_default run replays its own rule

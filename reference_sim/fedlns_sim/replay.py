@@ -22,8 +22,9 @@ run's own: a check, it must reproduce the recorded decisions):
 
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
-``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant`` or ``confirmed``) or ``cohort_vote=C``
-                   (``round``, ``history`` or ``strong``) instead of the run's own
+``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant``, ``confirmed`` or ``centered``),
+                   ``cohort_vote=C`` (``round``, ``history`` or ``strong``) or ``cohort_undecided=C`` (``keep``,
+                   ``hold`` or ``deviation``; ``support`` is the run's fallback below) instead of the run's own
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -161,9 +162,10 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     from .methods import make_screener
 
     name, _, argument = variant.partition(":")
-    cuts, votes = options("cohort_cut"), options("cohort_vote")
-    if name == "cohort" and argument not in ("", *cuts, *votes):
-        raise ValueError(f"unknown variant {variant!r}: cohort:C takes one of {', '.join(cuts + votes)}")
+    cuts, votes, undecided = options("cohort_cut"), options("cohort_vote"), options("cohort_undecided")
+    if name == "cohort" and argument not in ("", *cuts, *votes, *undecided):
+        known = ", ".join(cuts + votes + undecided)
+        raise ValueError(f"unknown variant {variant!r}: cohort:C takes one of {known}")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(_run_config(run_dir)))
@@ -206,7 +208,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 separation=screener.separation,
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
-                undecided=screener.cohort_undecided,
+                undecided=argument if argument in undecided else screener.cohort_undecided,
                 cohort_cut=argument if argument in cuts else screener.cohort_cut,
                 vote=argument if argument in votes else screener.cohort_vote,
                 decide=bool(record.get("active")),
