@@ -458,8 +458,9 @@ def cohort_rule(
         A round that falls into parts apart while no cohort holds more than half of the bank's ids: ``"keep"``
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
         ``majority_only``, is otherwise kept there), or ``"deviation"``, reject the part the deviation score tells
-        apart (:func:`deviation_part`) and keep everyone where it tells none. ``"support"`` is decided by the screener, which hands such a
-        round (``CohortOutcome.to_support``) to the support rule; here it keeps everyone.
+        apart (:func:`deviation_part`) and keep everyone where it tells none. ``"support"`` is decided by the
+        screener, which hands such a round (``CohortOutcome.to_support``) to the support rule; here it keeps
+        everyone.
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="tree"
         ``FedLNS(cohort_cut=...)``: every cut the tree finds that is apart, only those wider than chance
         (``"significant"``, :func:`round_parts`), or the tree's and, in a round whose parts are not apart, the group

@@ -368,9 +368,9 @@ class FedLNS:
         deviation score on both sides (``"deviation"``, a candidate that failed its measurement, kept so that
         it re-runs: the smaller part is rejected when its scores all lie above or all below the rest's and
         further by ratio from the recent bank's median score, else everyone is kept; in a round the attackers
-        held it rejected the honest part, ``docs/results/gpu-paper``). Attackers apart only in the rounds they hold (``majority_only``) are kept there
-        with ``"keep"``; ``"hold"`` also holds the honest clients of those rounds and of split clean non-IID
-        rounds (``docs/results/cohort``).
+        held it rejected the honest part, ``docs/results/gpu-paper``). Attackers apart only in the rounds they
+        hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds the honest clients of
+        those rounds and of split clean non-IID rounds (``docs/results/cohort``).
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="confirmed"
         ``"cohort"`` only: which cuts of a round count. ``"tree"``: every group the average-linkage tree finds
         that is coherent and apart (``separation``). ``"significant"``: only a cut wider than the cut the tree

@@ -2,8 +2,8 @@
 
 For results folders whose runs are single cells rather than a matrix (e.g. ``docs/results/cut-test``): prints a
 Markdown table with, per run, family, partition, malicious share, attack, method, seed, the default rule's
-``cohort_cut`` and ``cohort_undecided`` (``fedlns_default`` runs only), the best and the last 10 rounds' mean perplexity, TPR / FPR over the screened rounds and the number of screened rounds that kept
-attackers only.
+``cohort_cut`` and ``cohort_undecided`` (``fedlns_default`` runs only), the best and the last 10 rounds' mean
+perplexity, TPR / FPR over the screened rounds and the number of screened rounds that kept attackers only.
 
 Usage: python scripts/runs_table.py RUNS [RUNS ...]   (runs folders, archives or results folders holding one)
 """
