@@ -485,6 +485,7 @@ def cohort_rule(
         dimension = max(int(np.median(np.count_nonzero(sketches, axis=1))), 1)
     parts = round_parts(cosines, separation=separation, dimension=dimension, significant=cohort_cut == "significant")
     cut = parts if parts is not None and parts.apart else None
+    recent_scores = bank_scores[recent_rows(stamps, recent)]  # the loud test's reference, and the deviation's
     centered = False
     if cut is None and cohort_cut == "centered" and parts is not None:
         centered_cut = centered_parts(sketches, separation=separation, dimension=dimension)
@@ -517,7 +518,7 @@ def cohort_rule(
                     "ids to tell which is honest"
                 )
         elif undecided == "deviation" and open_round:
-            told = deviation_part(scores, cut.first, bank_scores[recent_rows(stamps, recent)])
+            told = deviation_part(scores, cut.first, recent_scores)
             if told is not None:
                 far, above_or_below, typical = told
                 rejected_part = members[far]
@@ -556,8 +557,7 @@ def cohort_rule(
             support[i] = float(cosines[i, others].mean())
     loud_threshold = None
     if decide:
-        rows = recent_rows(stamps, recent)
-        loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
+        loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
     return CohortOutcome(
         retained, tuple(reasons), support, graph, loud_threshold, open_round and undecided == "support"

@@ -451,16 +451,35 @@ class DeltaBudget(TargetCorruption):
         if not malicious or not benign:
             return client_params
         out = dict(client_params)
+        budgets = _norm_budgets(global_params, client_params, benign, norm_keys)
         for client in malicious:
             params = dict(client_params[client])
             for key in norm_keys:
                 change = params[key] - global_params[key]
                 size = np.linalg.norm(change)
-                budget = float(np.median([np.linalg.norm(client_params[c][key] - global_params[key]) for c in benign]))
-                if size > budget:
-                    params[key] = (global_params[key] + change * (budget / size)).astype(params[key].dtype)
+                if size > budgets[key]:
+                    params[key] = (global_params[key] + change * (budgets[key] / size)).astype(params[key].dtype)
             out[client] = params
         return out
+
+
+def _norm_budgets(global_params: dict, client_params: dict, benign: list, norm_keys) -> dict:
+    """Per normalization parameter, the benign clients' median size (Frobenius norm) of its change this round."""
+    return {
+        key: float(np.median([np.linalg.norm(client_params[c][key] - global_params[key]) for c in benign]))
+        for key in norm_keys
+    }
+
+
+def _most_harmful(options, server, global_params: dict, keys: list, benign_mean: np.ndarray) -> dict | None:
+    """Of the candidate rounds ``options`` (what every client sends), the first whose aggregate by ``server`` (the
+    server's own step on a copy of its state) lies furthest from the benign clients' mean update."""
+    best, best_distance = None, -1.0
+    for sent in options:
+        distance = float(np.linalg.norm(_flat(_updates(global_params, server(sent)), keys) - benign_mean))
+        if distance > best_distance:
+            best, best_distance = sent, distance
+    return best
 
 
 class NormScaleSearch(TargetCorruption):
@@ -478,25 +497,21 @@ class NormScaleSearch(TargetCorruption):
             return client_params
         keys = sorted(global_params)
         mean = np.mean([_flat(_updates(global_params, client_params[c]), keys) for c in benign], axis=0)
-        budget = {
-            k: float(np.median([np.linalg.norm(client_params[c][k] - global_params[k]) for c in benign]))
-            for k in norm_keys
-        }
-        best, best_distance = client_params, -1.0
-        for multiple in self.GRID:
+        budgets = _norm_budgets(global_params, client_params, benign, norm_keys)
+
+        def sized(multiple):
             sent = dict(client_params)
             for client in malicious if multiple is not None else ():
                 params = dict(client_params[client])
                 for key in norm_keys:
                     change = np.asarray(params[key], dtype=np.float64) - global_params[key]
                     size = np.linalg.norm(change)
-                    scale = multiple * budget[key] / size if size > 0 else 0.0
+                    scale = multiple * budgets[key] / size if size > 0 else 0.0
                     params[key] = (global_params[key] + change * scale).astype(params[key].dtype)
                 sent[client] = params
-            distance = float(np.linalg.norm(_flat(_updates(global_params, server(sent)), keys) - mean))
-            if distance > best_distance:
-                best, best_distance = sent, distance
-        return best
+            return sent
+
+        return _most_harmful(map(sized, self.GRID), server, global_params, keys, mean)
 
 
 class NormNoise(TargetCorruption):
@@ -809,15 +824,12 @@ class IPMSearch(_Colluding):
             [_flat(_updates(global_params, p), keys) for c, p in client_params.items() if c not in malicious]
         )
         mean = benign.mean(axis=0)
-        best, best_distance = None, -1.0
-        for gamma in self.GRID:
+
+        def scaled(gamma):
             crafted = _model(global_params, _unflat(-gamma * mean, global_params, keys))
-            sent = {c: (crafted if c in malicious else p) for c, p in client_params.items()}
-            aggregate = _flat(_updates(global_params, server(sent)), keys)
-            distance = float(np.linalg.norm(aggregate - mean))
-            if distance > best_distance:
-                best, best_distance = sent, distance
-        return best
+            return {c: (crafted if c in malicious else p) for c, p in client_params.items()}
+
+        return _most_harmful(map(scaled, self.GRID), server, global_params, keys, mean)
 
     def crafted(self, benign, own, n, f, rng):  # no server to search against: plain IPM
         return [-0.1 * benign.mean(axis=0) for _ in own]
