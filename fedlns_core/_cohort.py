@@ -26,7 +26,9 @@ which is what the history bank is keyed by anyway:
    updates with the direction every client of the round shares removed).
 2. **The cohort graph.** Every split round adds +1 between two of its clients in the same part and -1 between
    two in different parts to a signed graph over client ids (the bank's ids); older evidence decays by
-   ``cohort_decay`` per round, so a client's standing follows what it sends now.
+   ``cohort_decay`` per round, so a client's standing follows what it sends now. With
+   ``cohort_weight="coherence"`` the round's edges weigh the mean cosine within the cut's core instead of 1
+   (:func:`edge_strength`).
 3. **The population's cohorts.** The sign of each id in the graph's leading eigenvector (largest eigenvalue;
    for two antagonistic groups it is +1 on one and -1 on the other) splits the ids in two; a side holding
    more than half of all the bank's ids is the majority cohort (the population's honest majority, as the
@@ -359,9 +361,11 @@ class CohortGraph:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def updated(self, ids: Sequence[ClientId], first: np.ndarray | None, decay: float) -> CohortGraph:
-        """The graph after a round: old weights times ``decay``, then +1/-1 between the round's clients by
-        ``first`` (their part; None for a round that did not split: nothing is added)."""
+    def updated(
+        self, ids: Sequence[ClientId], first: np.ndarray | None, decay: float, strength: float = 1.0
+    ) -> CohortGraph:
+        """The graph after a round: old weights times ``decay``, then +``strength``/-``strength`` between the
+        round's clients by ``first`` (their part; None for a round that did not split: nothing is added)."""
         new = [client_id for client_id in dict.fromkeys(ids) if client_id not in self._index]
         size = len(self.ids) + len(new)
         weights = np.zeros((size, size))
@@ -371,7 +375,7 @@ class CohortGraph:
             rows = np.array([graph._index[client_id] for client_id in ids])
             signs = np.where(first[:, None] == first[None, :], 1.0, -1.0)
             np.fill_diagonal(signs, 0.0)
-            weights[np.ix_(rows, rows)] += signs
+            weights[np.ix_(rows, rows)] += strength * signs
         return graph
 
     def restricted(self, ids: Sequence[ClientId]) -> CohortGraph:
@@ -424,6 +428,23 @@ class CohortOutcome:
     to_support: bool = False  # undecided="support" and the round split with no cohort holding most of the bank's ids
 
 
+def edge_strength(cut: RoundParts, weight: str) -> float:
+    """What a split round's edges weigh in the cohort graph: 1 (``weight="unit"``), or the cut's core mean cosine
+    within clipped to [0, 1] (``"coherence"``).
+
+    Examples
+    --------
+    >>> cut = RoundParts(np.array([True, True, False]), within=0.8, across=0.1, apart=True)
+    >>> edge_strength(cut, "unit"), edge_strength(cut, "coherence")
+    (1.0, 0.8)
+    """
+    if weight == "unit":
+        return 1.0
+    if weight == "coherence":
+        return float(np.clip(cut.within, 0.0, 1.0))
+    raise ValueError(f"weight must be 'unit' or 'coherence', got {weight!r}")
+
+
 def cohort_rule(
     scores: np.ndarray,
     sketches: np.ndarray,
@@ -440,6 +461,7 @@ def cohort_rule(
     dimension: int | None = None,
     cohort_cut: str = "tree",
     vote: str = "round",
+    weight: str = "unit",
     decide: bool = True,
 ) -> CohortOutcome:
     """Decide a round by its parts and the cohort graph (``decide=False``: only stage the graph, keep everyone).
@@ -472,6 +494,9 @@ def cohort_rule(
         Read the members' sides from the graph with this round's edges (``"round"``), or from the graph before
         them, placing with them only the ids it leaves unplaced (``"history"``), or ``"history"`` for a cut whose
         core agrees less than ``STRONG_CUT`` and ``"round"`` otherwise (``"strong"``; ``FedLNS(cohort_vote=...)``).
+    weight : {"unit", "coherence"}, default="unit"
+        What the cut's edges weigh (``FedLNS(cohort_weight=...)``): 1, or the mean cosine within the cut's core
+        clipped to [0, 1] (:func:`edge_strength`).
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -491,7 +516,8 @@ def cohort_rule(
         centered_cut = centered_parts(sketches, separation=separation, dimension=dimension)
         if centered_cut is not None and centered_cut.apart:
             cut, centered = centered_cut, True
-    before, graph = graph, graph.updated(ids, None if cut is None else cut.first, decay)
+    strength = 1.0 if cut is None else edge_strength(cut, weight)
+    before, graph = graph, graph.updated(ids, None if cut is None else cut.first, decay, strength)
     reasons = [""] * n
     kept = np.ones(n, dtype=bool)
     open_round = False

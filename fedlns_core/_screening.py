@@ -396,6 +396,12 @@ class FedLNS:
         ``"strong"``: ``"history"`` for weak cuts, ``"round"`` for a cut whose core agrees at mean cosine 0.5 or
         more (``fedlns_core._cohort.STRONG_CUT``): attackers that poison after an honest history (``sleeper``) cut
         strongly, the false cuts of honest clients weakly.
+    cohort_weight : {"unit", "coherence"}, default="unit"
+        ``"cohort"`` only: what a split round's edges weigh in the cohort graph. ``"unit"``: +1 and -1 whatever the
+        cut. ``"coherence"`` (a candidate, ``docs/results/cohort-weight``): the cut's core mean cosine within
+        (clipped to [0, 1]), so that the weak cuts the tree makes among honest clients that agree little (mean
+        cosine 0.1-0.25 within) weigh a fraction of a cut of attackers sending one direction (0.7-1.0), and a
+        group that wants light edges has to send updates that disagree with each other.
     sketch_dim : int >= 16, default=2048
         ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
         ``1/sqrt(sketch_dim)``).
@@ -459,6 +465,7 @@ class FedLNS:
         cohort_undecided: str = "support",
         cohort_cut: str = "confirmed",
         cohort_vote: str = "round",
+        cohort_weight: str = "unit",
         sketch_dim: int = 2048,
         clip: str | None = "median",
     ):
@@ -486,6 +493,7 @@ class FedLNS:
         self.cohort_undecided = cohort_undecided
         self.cohort_cut = cohort_cut
         self.cohort_vote = cohort_vote
+        self.cohort_weight = cohort_weight
         self.sketch_dim = sketch_dim
         self.clip = clip
         self.round_ = 0
@@ -718,6 +726,7 @@ class FedLNS:
                 undecided=settings["cohort_undecided"],
                 cohort_cut=settings["cohort_cut"],
                 vote=settings["cohort_vote"],
+                weight=settings["cohort_weight"],
                 decide=not warming_up,
             )
         if warming_up:
@@ -988,6 +997,7 @@ class FedLNS:
             params.setdefault("cohort_undecided", "keep")  # and an undecided cohort round kept whole
             params.setdefault("cohort_cut", "tree")  # and every cut the tree found counted
             params.setdefault("cohort_vote", "round")  # and the votes read the graph with the round's edges
+            params.setdefault("cohort_weight", "unit")  # and every split round's edges weighed 1
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

@@ -110,6 +110,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "cohort_undecided": [Options(("support", "keep", "hold", "deviation"))],
     "cohort_cut": [Options(("tree", "significant", "confirmed", "centered"))],
     "cohort_vote": [Options(("round", "history", "strong"))],
+    "cohort_weight": [Options(("unit", "coherence"))],
     "sketch_dim": [Interval("int", 16)],
     "clip": [Options(("median",)), None],
 }

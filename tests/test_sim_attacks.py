@@ -471,3 +471,32 @@ def test_side_join_sides_with_the_larger_honest_part_of_a_split_round_until_it_w
     assert attack.craft(global_params, unsplit, malicious, (), rng) is unsplit
     attack.begin_round(11)  # awake: what it trained (the corrupted model, chosen by local_result)
     assert attack.craft(global_params, clients, malicious, (), rng) is clients
+
+
+def test_weak_core_agrees_within_no_more_than_the_honest_clients_and_keeps_the_poison_direction():
+    from fedlns_core._support import _unit
+    from fedlns_sim.attacks import _mean_cosine
+
+    rng = np.random.default_rng(7)
+    dim, shared, poison = 600, rng.standard_normal(600), rng.standard_normal(600)
+    global_params = {"w": np.zeros(dim, dtype=np.float32)}
+    clients = {c: {"w": (0.4 * shared + rng.standard_normal(dim)).astype(np.float32)} for c in range(6)}
+    clients.update({c: {"w": (poison + 0.1 * rng.standard_normal(dim)).astype(np.float32)} for c in range(6, 10)})
+    malicious = [6, 7, 8, 9]
+
+    def rows(params, ids):
+        return np.stack([params[c]["w"].astype(np.float64) for c in ids])
+
+    honest = rows(clients, range(6))
+    assert _mean_cosine(_unit(rows(clients, malicious))) > 0.95  # the plain poison agrees almost perfectly
+    sent = make_attack("weak_core", TOKENIZER, _config()).craft(global_params, clients, malicious, (),
+                                                                np.random.default_rng(0))
+    crafted = rows(sent, malicious)
+    assert all(sent[c] is clients[c] for c in range(6))
+    within, target = _mean_cosine(_unit(crafted)), _mean_cosine(_unit(honest))
+    assert within <= target + 1e-3 and within > target - 0.05  # the least noise that gets down to the honest level
+    assert np.allclose(np.linalg.norm(crafted, axis=1), np.median(np.linalg.norm(honest, axis=1)), rtol=1e-5)
+    mean = crafted.mean(axis=0)  # the noise averages out: the server's mean still points along the poison
+    assert mean @ poison / (np.linalg.norm(mean) * np.linalg.norm(poison)) > 0.5  # about 0.6 expected here
+    one = {0: clients[0], 6: clients[6]}  # one attacker: nothing to spread
+    assert make_attack("weak_core", TOKENIZER, _config()).craft(global_params, one, [6], (), rng) is one

@@ -57,6 +57,10 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      client's, with the least benign weight that makes the round's cut fail the cohort rule's
                      significance test (the attackers' cosines to the honest clients spread out).
   ``half_blend``     ``cut_blend`` leaning towards the mean of a random half of the benign updates instead of one.
+  ``weak_core``      train on corrupted targets; every attacker sends the attackers' mean update plus its own
+                     noise (the benign coordinate-wise spread's shape), sized so that the attackers agree with each
+                     other no more than the round's honest clients do (mean cosine), at the benign median norm:
+                     against ``cohort_weight="coherence"``, where a cut's edges weigh its core's coherence.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -809,6 +813,50 @@ class SideJoin(Sleeper):
         return _sending(global_params, client_params, malicious, crafted, keys)
 
 
+class WeakCore(TargetCorruption):
+    """Corrupted training; then attacker k sends ``m + s e_k``, rescaled to the benign updates' median norm: ``m``
+    the attackers' mean update, ``e_k`` its own noise (independent normal coordinates times the benign updates'
+    coordinate-wise standard deviation, times ``|m| / |e_k|``), ``s`` the smallest scale (bisection) at which the
+    attackers' mean pairwise cosine is at most the round's honest clients' own. White-box against
+    ``FedLNS(cohort_weight="coherence")``: a cut's edges weigh its core's mean cosine within, so a group that agrees
+    no more than honest clients do has edges no heavier than the false cuts among honest clients; the poison
+    (``m``) is kept whole in direction, the noise averages out in the server's mean, and the norm stays under the
+    median clip. Rounds with fewer than two attackers or two honest clients send the corrupted models."""
+
+    name = "weak_core"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        from fedlns_core._support import _unit
+
+        benign = [c for c in client_params if c not in malicious]
+        if len(malicious) < 2 or len(benign) < 2:
+            return client_params
+        keys = sorted(global_params)
+        honest = _stacked(global_params, client_params, benign, keys)
+        poisoned = _stacked(global_params, client_params, malicious, keys)
+        target = _mean_cosine(_unit(honest))
+        mean = poisoned.mean(axis=0)
+        noise = rng.normal(size=poisoned.shape) * honest.std(axis=0)
+        noise *= np.linalg.norm(mean) / np.maximum(np.linalg.norm(noise, axis=1, keepdims=True), 1e-300)
+        low, high = 0.0, 1.0
+        while _mean_cosine(_unit(mean + high * noise)) > target and high < 1e6:
+            low, high = high, 2.0 * high
+        for _ in range(40):
+            middle = 0.5 * (low + high)
+            low, high = (middle, high) if _mean_cosine(_unit(mean + middle * noise)) > target else (low, middle)
+        crafted = mean + high * noise
+        norm = float(np.median(np.linalg.norm(honest, axis=1)))
+        crafted *= norm / np.maximum(np.linalg.norm(crafted, axis=1, keepdims=True), 1e-300)
+        return _sending(global_params, client_params, malicious, crafted, keys)
+
+
+def _mean_cosine(units: np.ndarray) -> float:
+    """Mean cosine between distinct rows of unit vectors."""
+    n = len(units)
+    total = float(np.square(units.sum(axis=0)).sum()) - n  # sum over ordered pairs i != j of u_i . u_j
+    return total / (n * (n - 1))
+
+
 class IPMSearch(_Colluding):
     """Inner product manipulation with the scale searched against the server's own step each round."""
 
@@ -861,6 +909,7 @@ ATTACKS = {
         CutBlend,
         HalfBlend,
         SideJoin,
+        WeakCore,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

@@ -73,6 +73,7 @@ ATTACK_NAMES = (
     "cut_blend",
     "half_blend",
     "side_join",
+    "weak_core",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
@@ -87,15 +88,23 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 MIXTURE_SOLVERS = ("fast", "sklearn")
 COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
 COHORT_VOTES = ("round", "history", "strong")
+COHORT_WEIGHTS = ("unit", "coherence")
 
 
 #: The attacks written against the cohort rule's cut: they read the server's ``cohort_cut``, whatever the method.
 CUT_ATTACKS = ("cut_blend", "half_blend")
 
 #: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
-DEFAULT_METHOD_KEYS = ("default_rule", "cohort_undecided", "default_clip", "default_warmup", "cohort_vote")
+DEFAULT_METHOD_KEYS = (
+    "default_rule",
+    "cohort_undecided",
+    "default_clip",
+    "default_warmup",
+    "cohort_vote",
+    "cohort_weight",
+)
 #: Of those, the ones a run of another method may not change (the other two keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote")
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote", "cohort_weight")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
@@ -203,6 +212,7 @@ class Config:
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
     cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
+    cohort_weight: str = "unit"  # fedlns_default's FedLNS(cohort_weight=...): unit (its default) | coherence
 
     @property
     def clients_per_round(self) -> int:
@@ -312,6 +322,10 @@ class Config:
             (
                 self.cohort_vote in COHORT_VOTES,
                 f"cohort_vote must be one of {COHORT_VOTES}, got {self.cohort_vote!r}",
+            ),
+            (
+                self.cohort_weight in COHORT_WEIGHTS,
+                f"cohort_weight must be one of {COHORT_WEIGHTS}, got {self.cohort_weight!r}",
             ),
             (
                 self.default_clip in ("median", "none"),

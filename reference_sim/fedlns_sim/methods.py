@@ -54,6 +54,7 @@ def make_screener(config):
             cohort_undecided=config.cohort_undecided,
             cohort_cut=config.cohort_cut,
             cohort_vote=config.cohort_vote,
+            cohort_weight=config.cohort_weight,
             clip=None if config.default_clip == "none" else "median",
             warmup=config.default_warmup,
             **({"retain_rule": "support"} if support else {}),

@@ -23,8 +23,9 @@ run's own: a check, it must reproduce the recorded decisions):
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
 ``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant``, ``confirmed`` or ``centered``),
-                   ``cohort_vote=C`` (``round``, ``history`` or ``strong``) or ``cohort_undecided=C`` (``keep``,
-                   ``hold`` or ``deviation``; ``support`` is the run's fallback below) instead of the run's own
+                   ``cohort_vote=C`` (``round``, ``history`` or ``strong``), ``cohort_undecided=C`` (``keep``,
+                   ``hold`` or ``deviation``; ``support`` is the run's fallback below) or ``cohort_weight=C``
+                   (``unit`` or ``coherence``) instead of the run's own
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -163,8 +164,9 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
 
     name, _, argument = variant.partition(":")
     cuts, votes, undecided = options("cohort_cut"), options("cohort_vote"), options("cohort_undecided")
-    if name == "cohort" and argument not in ("", *cuts, *votes, *undecided):
-        known = ", ".join(cuts + votes + undecided)
+    weights = options("cohort_weight")
+    if name == "cohort" and argument not in ("", *cuts, *votes, *undecided, *weights):
+        known = ", ".join(cuts + votes + undecided + weights)
         raise ValueError(f"unknown variant {variant!r}: cohort:C takes one of {known}")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
@@ -211,6 +213,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 undecided=argument if argument in undecided else screener.cohort_undecided,
                 cohort_cut=argument if argument in cuts else screener.cohort_cut,
                 vote=argument if argument in votes else screener.cohort_vote,
+                weight=argument if argument in weights else screener.cohort_weight,
                 decide=bool(record.get("active")),
             )
             graph, staged = outcome.graph.restricted(list(bank)), outcome.graph  # staged: what the vote read
