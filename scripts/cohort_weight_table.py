@@ -1,0 +1,128 @@
+"""The cohort-weight study (``docs/results/cohort-weight``) as Markdown: ``FedLNS(cohort_weight="coherence")``
+beside the default (``"unit"``) and FedAvg in each cell, and the plan's criteria, each met or missed.
+
+Reads runs folders or results folders holding their archive (``scripts/results_cohort_weight.sh``); a run in more
+than one folder is read from the first.
+
+Usage: python scripts/cohort_weight_table.py STUDY [MORE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
+from lora_matrix_table import print_checks
+
+from fedlns_sim.report.stats import detection_rates
+
+AGAINST = ("weak_core", "sleeper", "side_join", "majority_only", "cut_blend")  # part A of the plan
+
+
+def pooled(runs: list[dict], rate: str) -> float:
+    totals = {k: sum(run[k] for run in runs) for k in ("tp", "fp", "fn", "tn")}
+    return detection_rates(**totals)[rate]
+
+
+def only(run: dict | None) -> str:
+    return "-" if run is None else (", ".join(str(t) for t in run["attackers_only_rounds"]) or "none")
+
+
+def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    checks: dict[str, list[tuple[str, bool]]] = {}
+
+    def add(test: str, text: str, met: bool) -> None:
+        checks.setdefault(test, []).append((text, met))
+
+    bert20: dict[str, list[dict]] = {"unit": [], "coherence": []}
+    tc40: dict[str, dict[str, list[dict]]] = {}
+    for key in sorted(cells):
+        family, partition, fraction, attack, seed = key
+        cell = cells[key]
+        ours, default, fedavg = cell.get("coherence"), cell.get("unit"), cell.get("fedavg")
+        name = f"{family} {partition} {fraction:.0%} {attack} seed {seed}"
+        if ours is None:
+            continue
+        if default is None:
+            add("every cell has the default's run beside the candidate's", f"{name}: missing", False)
+            continue
+        if attack in AGAINST:
+            add(
+                "4. against the attacks of A, at most 1% above the default",
+                f"{name}: {worse(ours, default):+.1%}",
+                worse(ours, default) <= 0.01,
+            )
+            if attack == "weak_core":
+                met = fedavg is not None and worse(ours, fedavg) <= 0.01
+                add(
+                    "4. under weak_core, at most 1% above FedAvg",
+                    f"{name}: " + ("no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"),
+                    met,
+                )
+            continue
+        if fraction > 0:
+            add(
+                "1. no round of attackers only after activation",
+                f"{name}: rounds {only(ours)}",
+                not ours["attackers_only_rounds"],
+            )
+        add(
+            "3. at most 1% above the default (best and last 10)",
+            f"{name}: {worse(ours, default):+.1%}",
+            worse(ours, default) <= 0.01,
+        )
+        if family == "bert" and fraction == 0.2:
+            bert20["unit"].append(default)
+            bert20["coherence"].append(ours)
+        if fraction == 0.4 and attack == "target_corruption":
+            for setting, run in (("unit", default), ("coherence", ours)):
+                tc40.setdefault(family, {}).setdefault(setting, []).append(run)
+    if bert20["unit"]:
+        before, after = pooled(bert20["unit"], "fpr"), pooled(bert20["coherence"], "fpr")
+        add(
+            "2. honest rejections at BERT 20% at least halved (pooled FPR)",
+            f"{len(bert20['unit'])} cells: {after:.3f} against {before:.3f}",
+            after <= before / 2,
+        )
+    for family, runs in sorted(tc40.items()):
+        before, after = pooled(runs["unit"], "tpr"), pooled(runs["coherence"], "tpr")
+        add(
+            "3. at 40% target corruption, pooled TPR at most 0.02 below the default's",
+            f"{family} ({len(runs['unit'])} cells): {after:.3f} against {before:.3f}",
+            after >= before - 0.02,
+        )
+    return checks
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cells = gather(argv, setting="cohort_weight", default="unit")
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only.\n")
+    print(
+        "| family | partition | malicious | attack | seed | FedAvg | default | coherence | TPR / FPR default "
+        "| coherence | attackers only: default | coherence |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for key in sorted(cells, key=lambda k: (k[3] not in AGAINST, k[2], k[0], k[1], k[3], k[4])):
+        family, partition, fraction, attack, seed = key
+        cell = cells[key]
+        if "coherence" not in cell:
+            continue
+        print(
+            f"| {family} | {partition} | {fraction:.0%} | {attack} | {seed} | "
+            + " | ".join(text(cell.get(m)) for m in ("fedavg", "unit", "coherence"))
+            + " | "
+            + " | ".join(rates(cell.get(m)) for m in ("unit", "coherence"))
+            + " | "
+            + " | ".join(only(cell.get(m)) for m in ("unit", "coherence"))
+            + " |"
+        )
+    print("\n## The plan's criteria\n")
+    print_checks(checks_of(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
