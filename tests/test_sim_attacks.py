@@ -333,14 +333,24 @@ def test_lora_attacks_shape_the_adapter_change_against_the_lora_signature():
         make_config("smoke", "gpt", attack="lora_band")
 
 
+def _shared_and_poisoned(seed, dim, shared_weight, attacker_noise):
+    """A round of one weight vector: six honest clients (0-5) sharing a direction with weight ``shared_weight``
+    beside unit noise, four attackers (6-9) at one poison direction plus ``attacker_noise`` noise. Returns the
+    generator (drawn from in this order), the global params, the clients' params and the poison direction."""
+    rng = np.random.default_rng(seed)
+    shared, poison = rng.standard_normal(dim), rng.standard_normal(dim)
+    global_params = {"w": np.zeros(dim, dtype=np.float32)}
+    clients = {c: {"w": (shared_weight * shared + rng.standard_normal(dim)).astype(np.float32)} for c in range(6)}
+    clients.update(
+        {c: {"w": (poison + attacker_noise * rng.standard_normal(dim)).astype(np.float32)} for c in range(6, 10)}
+    )
+    return rng, global_params, clients, poison
+
+
 def test_cut_blend_sends_the_least_honest_blend_whose_cut_does_not_count():
     from fedlns_core._cohort import round_parts
 
-    rng = np.random.default_rng(5)
-    dim, shared, poison = 400, rng.standard_normal(400), rng.standard_normal(400)
-    global_params = {"w": np.zeros(dim, dtype=np.float32)}
-    clients = {c: {"w": (0.3 * shared + rng.standard_normal(dim)).astype(np.float32)} for c in range(6)}
-    clients.update({c: {"w": (poison + 0.3 * rng.standard_normal(dim)).astype(np.float32)} for c in range(6, 10)})
+    rng, global_params, clients, poison = _shared_and_poisoned(5, 400, shared_weight=0.3, attacker_noise=0.3)
     malicious = [6, 7, 8, 9]
     benign = [clients[c]["w"].astype(np.float64) for c in range(6)]
 
@@ -477,11 +487,7 @@ def test_weak_core_agrees_within_no_more_than_the_honest_clients_and_keeps_the_p
     from fedlns_core._support import _unit
     from fedlns_sim.attacks import _mean_cosine
 
-    rng = np.random.default_rng(7)
-    dim, shared, poison = 600, rng.standard_normal(600), rng.standard_normal(600)
-    global_params = {"w": np.zeros(dim, dtype=np.float32)}
-    clients = {c: {"w": (0.4 * shared + rng.standard_normal(dim)).astype(np.float32)} for c in range(6)}
-    clients.update({c: {"w": (poison + 0.1 * rng.standard_normal(dim)).astype(np.float32)} for c in range(6, 10)})
+    rng, global_params, clients, poison = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
     malicious = [6, 7, 8, 9]
 
     def rows(params, ids):

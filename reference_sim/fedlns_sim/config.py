@@ -83,7 +83,7 @@ PAPER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4)
 PAPER_SEEDS = (100, 200, 300)
 # Config fields that may differ between a run and its resume (machine choices, not the experiment).
 MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
-# fedlns_core's mixture solvers, cohort cuts and cohort votes (its settings table; a test keeps them equal): not
+# fedlns_core's mixture solvers, cohort cuts, votes and weights (its settings table; a test keeps them equal): not
 # imported here, because reading run files must not need the core's numerical stack.
 MIXTURE_SOLVERS = ("fast", "sklearn")
 COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
