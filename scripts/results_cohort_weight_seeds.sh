@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The runs behind docs/results/cohort-weight/seeds: FedLNS(cohort_weight="coherence") against FedLNS() as it ships
+# (cohort_cut="confirmed", cohort_weight="unit") at two new seeds, 400 and 500 (PLAN.md, fixed before the runs).
+# Adapters only, the LoRA matrix's learning rates. Resumable: finished runs are skipped.
+#
+# Usage: bash scripts/results_cohort_weight_seeds.sh [RUNS_DIR]   (default runs/cohort-weight-seeds)
+# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all: attacks, regression),
+# SEEDS (default "400 500").
+set -euo pipefail
+runs="${1:-runs/cohort-weight-seeds}"
+sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
+common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set peft_norms=false --set signature=auto --no-references)
+part="${PART:-all}"
+rate() { case "$1" in gpt | llama) echo 1e-2 ;; bert) echo 5e-3 ;; esac; }
+cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
+  local family="$1" partition="$2" fraction="$3" seed="$4" attack="$5" methods="${6:-}"
+  local args=("${common[@]}" --families "$family" --partitions "$partition" --fractions "$fraction"
+    --seeds "$seed" --set learning_rate="$(rate "$family")" --out "$runs")
+  [ "$fraction" = 0 ] || args+=(--attacks "$attack")
+  "$sim" sweep "${args[@]}" --methods "fedlns_default${methods:+,$methods}"
+  "$sim" sweep "${args[@]}" --methods fedlns_default --set cohort_weight=coherence
+}
+
+for seed in ${SEEDS:-400 500}; do
+  if [ "$part" = all ] || [ "$part" = attacks ]; then
+    # A. weak_core (written against the cohort graph), 40% IID, with FedAvg; B. majority_only, GPT 40% IID.
+    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" weak_core fedavg; done
+    cell gpt iid 0.4 "$seed" majority_only fedavg
+    # D. 40% target corruption, IID.
+    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" target_corruption; done
+  fi
+  if [ "$part" = all ] || [ "$part" = regression ]; then
+    # C. No attackers, non-IID (BERT with clean FedAvg); E. ALIE at 20%: BERT IID, LLaMA non-IID.
+    cell bert noniid 0 "$seed" none fedavg
+    cell gpt noniid 0 "$seed" none
+    cell bert iid 0.2 "$seed" alie
+    cell llama noniid 0.2 "$seed" alie
+  fi
+done
