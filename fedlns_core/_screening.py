@@ -81,6 +81,9 @@ class ScreeningResult:
     clip_scales : dict of client id to float
         ``clip="median"``: the factor (at most 1) each retained update is scaled by in :meth:`aggregate`, so
         that none is longer than the retained clients' median update; empty otherwise.
+    held : bool
+        ``quorum``: the screen kept fewer than ``quorum`` of the round's screened clients, so nobody is retained
+        (the clients it kept are in ``rejected`` with a reason starting ``"held:"``; ``labels`` keep its decision).
     """
 
     round: int
@@ -100,6 +103,7 @@ class ScreeningResult:
     capped_counts: dict[ClientId, float] = field(default_factory=dict)
     support: dict[ClientId, float] = field(default_factory=dict)
     clip_scales: dict[ClientId, float] = field(default_factory=dict)
+    held: bool = False
 
     def aggregate(
         self,
@@ -163,6 +167,8 @@ class ScreeningResult:
             lines.append(f"  mixture: {self.n_components} component(s) [{bic}]")
         retained = ", ".join(_shown(client_id) for client_id in self.retained)
         lines.append(f"  retained ({len(self.retained)}): {retained or '-'}")
+        if self.held:
+            lines.append("  held: the screen kept fewer of the round than the quorum, so nobody is aggregated")
         for client_id, reason in self.rejected.items():
             score = f" delta={self.scores[client_id]:.3g}" if client_id in self.scores else ""
             if client_id in self.support:
@@ -211,6 +217,7 @@ class ScreeningResult:
             "deviant_entries": pairs(self.deviant_entries),
             "support": pairs(self.support),
             "clip_scales": pairs(self.clip_scales),
+            "held": self.held,
         }
 
 
@@ -402,6 +409,12 @@ class FedLNS:
         (clipped to [0, 1]), so that the weak cuts the tree makes among honest clients that agree little (mean
         cosine 0.1-0.25 within) weigh a fraction of a cut of attackers sending one direction (0.7-1.0), and a
         group that wants light edges has to send updates that disagree with each other.
+    quorum : float in [0, 1], default=0.0
+        Every retain rule: a screened round whose kept clients are fewer than this share of its screened clients is
+        held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the
+        premise that attackers are a minority: either the attackers hold this round (holding it loses only the
+        honest few) or the rule erred. In the LoRA matrix 15 of the 20 rounds in which ``FedLNS()`` kept only
+        attackers kept fewer than half of the round (``quorum=0.5``, a candidate: ``docs/results/quorum``). 0: off.
     sketch_dim : int >= 16, default=2048
         ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
         ``1/sqrt(sketch_dim)``).
@@ -466,6 +479,7 @@ class FedLNS:
         cohort_cut: str = "confirmed",
         cohort_vote: str = "round",
         cohort_weight: str = "unit",
+        quorum: float = 0.0,
         sketch_dim: int = 2048,
         clip: str | None = "median",
     ):
@@ -494,6 +508,7 @@ class FedLNS:
         self.cohort_cut = cohort_cut
         self.cohort_vote = cohort_vote
         self.cohort_weight = cohort_weight
+        self.quorum = quorum
         self.sketch_dim = sketch_dim
         self.clip = clip
         self.round_ = 0
@@ -801,6 +816,14 @@ class FedLNS:
             for client_id in valid:
                 if label_of[client_id] != 0:
                     rejected[client_id] = reason_of[client_id]
+            held = bool(retained) and len(retained) < settings["quorum"] * len(canonical)
+            if held:  # the screen kept too few of the round: nobody is aggregated (the labels keep its decision)
+                for client_id in retained:
+                    rejected[client_id] = (
+                        f"held: the screen keeps {len(retained)} of the round's {len(canonical)} screened clients, "
+                        f"fewer than the quorum ({settings['quorum']:g} of them), so nobody is aggregated"
+                    )
+                retained = ()
             flagged = labels != 0
             deviant = dict(
                 zip([c for c, flag in zip(canonical, flagged) if flag], _deviant_entries(features[flagged], signature))
@@ -815,6 +838,7 @@ class FedLNS:
                 labels={client_id: label_of[client_id] for client_id in valid},
                 support=support,
                 deviant_entries=deviant,
+                held=held,
                 **self._weighting(retained, counts, settings["max_count_ratio"]),
                 **self._clipping(retained, arrays, global_params, norms, settings),
                 **common,
@@ -998,6 +1022,7 @@ class FedLNS:
             params.setdefault("cohort_cut", "tree")  # and every cut the tree found counted
             params.setdefault("cohort_vote", "round")  # and the votes read the graph with the round's edges
             params.setdefault("cohort_weight", "unit")  # and every split round's edges weighed 1
+            params.setdefault("quorum", 0.0)  # and every screened round aggregated whatever it kept
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

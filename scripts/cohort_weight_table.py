@@ -2,9 +2,10 @@
 beside the default (``"unit"``) and FedAvg in each cell, and the plan's criteria, each met or missed.
 
 Reads runs folders or results folders holding their archive (``scripts/results_cohort_weight.sh``); a run in more
-than one folder is read from the first.
+than one folder is read from the first. With ``--seeds`` the criteria are those of the second plan
+(``docs/results/cohort-weight/seeds/PLAN.md``, ``scripts/results_cohort_weight_seeds.sh``): two seeds per cell.
 
-Usage: python scripts/cohort_weight_table.py STUDY [MORE ...]
+Usage: python scripts/cohort_weight_table.py [--seeds] STUDY [MORE ...]
 """
 
 from __future__ import annotations
@@ -94,7 +95,76 @@ def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
+def seeds_checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    """The second plan's criteria: cells of two seeds, read per cell (the seeds averaged) and per run."""
+    checks: dict[str, list[tuple[str, bool]]] = {}
+
+    def add(test: str, text: str, met: bool) -> None:
+        checks.setdefault(test, []).append((text, met))
+
+    groups: dict[tuple, list[tuple]] = {}
+    for key in sorted(cells):
+        groups.setdefault(key[:4], []).append(key)
+    tc40: dict[str, dict[str, list[dict]]] = {}
+    for group, keys in sorted(groups.items()):
+        family, partition, fraction, attack = group
+        name = f"{family} {partition} {fraction:.0%} {attack}"
+        pairs = [(cells[k].get("coherence"), cells[k].get("unit"), cells[k].get("fedavg"), k[4]) for k in keys]
+        pairs = [p for p in pairs if p[0] is not None or p[1] is not None]
+        if not pairs:
+            continue
+        missing = [f"seed {seed}" for ours, default, _, seed in pairs if ours is None or default is None]
+        if missing or len(pairs) < 2:
+            add(
+                "every cell has both rules' runs at both seeds",
+                f"{name}: missing {', '.join(missing) or 'a seed'}",
+                False,
+            )
+            continue
+        if attack == "weak_core":
+            for ours, _, fedavg, seed in pairs:
+                add(
+                    "1. under weak_core, at most 1% above FedAvg (best and last 10)",
+                    f"{name} seed {seed}: " + ("no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"),
+                    fedavg is not None and worse(ours, fedavg) <= 0.01,
+                )
+        for ours, default, _, seed in pairs:
+            if fraction > 0:
+                new = bool(ours["attackers_only_rounds"]) and not default["attackers_only_rounds"]
+                add(
+                    "2. no attackers-only round where the default has none",
+                    f"{name} seed {seed}: candidate {only(ours)}, default {only(default)}",
+                    not new,
+                )
+        if attack == "weak_core":
+            continue
+        gap = max(
+            sum(ours[k] for ours, _, _, _ in pairs) / sum(default[k] for _, default, _, _ in pairs) - 1
+            for k in ("perplexity", "last10_perplexity")
+        )
+        add("3. averaged over the seeds, at most 1% above the default", f"{name}: {gap:+.1%}", gap <= 0.01)
+        for ours, default, _, seed in pairs:
+            add(
+                "3. every run at most 2% above the default's",
+                f"{name} seed {seed}: {worse(ours, default):+.1%}",
+                worse(ours, default) <= 0.02,
+            )
+            if fraction == 0.4 and attack == "target_corruption":
+                tc40.setdefault(family, {}).setdefault("unit", []).append(default)
+                tc40[family].setdefault("coherence", []).append(ours)
+    for family, runs in sorted(tc40.items()):
+        before, after = pooled(runs["unit"], "tpr"), pooled(runs["coherence"], "tpr")
+        add(
+            "4. at 40% target corruption, pooled TPR at most 0.02 below the default's",
+            f"{family} ({len(runs['unit'])} runs): {after:.3f} against {before:.3f}",
+            after >= before - 0.02,
+        )
+    return checks
+
+
 def main(argv: list[str]) -> int:
+    seeds = "--seeds" in argv
+    argv = [a for a in argv if a != "--seeds"]
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
@@ -112,7 +182,9 @@ def main(argv: list[str]) -> int:
             continue
         print(
             f"| {family} | {partition} | {fraction:.0%} | {attack} | {seed} | "
-            + " | ".join(text(cell.get(m)) for m in ("fedavg", "unit", "coherence"))
+            + " | ".join(
+                text(cell.get(m) or cell.get("clean" if m == "fedavg" else m)) for m in ("fedavg", "unit", "coherence")
+            )
             + " | "
             + " | ".join(rates(cell.get(m)) for m in ("unit", "coherence"))
             + " | "
@@ -120,7 +192,7 @@ def main(argv: list[str]) -> int:
             + " |"
         )
     print("\n## The plan's criteria\n")
-    print_checks(checks_of(cells))
+    print_checks(seeds_checks_of(cells) if seeds else checks_of(cells))
     return 0
 
 

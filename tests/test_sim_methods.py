@@ -76,6 +76,11 @@ def test_screener_settings_come_from_the_config():
     assert automatic.get_params() == {**FedLNS.for_federation(100, 10).get_params(),
                                       "random_state": automatic.random_state}       # exactly FedLNS()
     assert make_screener(make_config("cpu", "gpt", method="fedavg")) is None
+    assert make_screener(make_config("cpu", "gpt", method="fedlns_default", quorum=0.5)).quorum == 0.5
+    with pytest.raises(ValueError, match="apply to method fedlns_default only"):
+        make_config("cpu", "gpt", method="fedlns", quorum=0.5)
+    with pytest.raises(ValueError, match="quorum must be in"):
+        make_config("cpu", "gpt", method="fedlns_default", quorum=2.0)
 
 
 @pytest.mark.parametrize("warmup", ["hold", "aggregate"])

@@ -89,6 +89,7 @@ MIXTURE_SOLVERS = ("fast", "sklearn")
 COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
 COHORT_VOTES = ("round", "history", "strong")
 COHORT_WEIGHTS = ("unit", "coherence")
+COHORT_UNDECIDED = ("support", "keep", "hold", "deviation")
 
 
 #: The attacks written against the cohort rule's cut: they read the server's ``cohort_cut``, whatever the method.
@@ -102,9 +103,10 @@ DEFAULT_METHOD_KEYS = (
     "default_warmup",
     "cohort_vote",
     "cohort_weight",
+    "quorum",
 )
 #: Of those, the ones a run of another method may not change (the other two keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote", "cohort_weight")
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote", "cohort_weight", "quorum")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
@@ -204,8 +206,8 @@ class Config:
     default_rule: str = "cohort"  # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
     # support (every run archived before the cohort rule: LEGACY; the report
     # shows them as fedlns_support, the method that runs that rule now)
-    cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold
-    # (keep for runs archived before the setting: LEGACY)
+    cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold |
+    # deviation (keep for runs archived before the setting: LEGACY)
     cohort_cut: str = "confirmed"  # fedlns_default's FedLNS(cohort_cut=...): confirmed (its default) | tree (every run
     # archived before it: LEGACY) | significant | centered (a candidate); also what cut_blend and half_blend attack,
     # so it names every method's runs
@@ -213,6 +215,7 @@ class Config:
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
     cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
     cohort_weight: str = "unit"  # fedlns_default's FedLNS(cohort_weight=...): unit (its default) | coherence
+    quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
 
     @property
     def clients_per_round(self) -> int:
@@ -312,8 +315,8 @@ class Config:
                 f"default_rule must be cohort or support, got {self.default_rule!r}",
             ),
             (
-                self.cohort_undecided in ("keep", "hold", "deviation", "support"),
-                f"cohort_undecided must be keep, hold, deviation or support, got {self.cohort_undecided!r}",
+                self.cohort_undecided in COHORT_UNDECIDED,
+                f"cohort_undecided must be one of {COHORT_UNDECIDED}, got {self.cohort_undecided!r}",
             ),
             (
                 self.cohort_cut in COHORT_CUTS,
@@ -327,6 +330,7 @@ class Config:
                 self.cohort_weight in COHORT_WEIGHTS,
                 f"cohort_weight must be one of {COHORT_WEIGHTS}, got {self.cohort_weight!r}",
             ),
+            (0.0 <= self.quorum <= 1.0, f"quorum must be in [0, 1], got {self.quorum}"),
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",

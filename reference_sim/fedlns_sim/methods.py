@@ -55,6 +55,7 @@ def make_screener(config):
             cohort_cut=config.cohort_cut,
             cohort_vote=config.cohort_vote,
             cohort_weight=config.cohort_weight,
+            quorum=config.quorum,
             clip=None if config.default_clip == "none" else "median",
             warmup=config.default_warmup,
             **({"retain_rule": "support"} if support else {}),
@@ -116,6 +117,8 @@ def aggregate_round(
             "rejected_reasons": {str(k): v for k, v in result.rejected.items()},
             "signature_keys": list(result.signature_keys),
         }
+        if result.held:  # the quorum held the round (FedLNS(quorum=...)); absent otherwise, as in every older run
+            info["held"] = True
         if result.scores:  # active rounds: every client's delta and label, both BIC values
             info.update(
                 delta={str(k): v for k, v in result.scores.items()},
