@@ -196,6 +196,20 @@ def test_warm_up_holds_the_current_arrays():
     assert metrics["fedlns-components"] == -1
 
 
+def test_a_round_held_by_the_quorum_keeps_the_current_arrays():
+    inner = RecordingFedAvg()
+    screener = make_screener()
+    screener.quorum = 1.0  # any rejection holds the round
+    strategy = FedLNSStrategy(strategy=inner, screener=screener)
+    sent, _ = configure(strategy)
+    arrays, metrics = strategy.aggregate_train(1, [reply(node) for node in BENIGN + ATTACKERS])
+    assert inner.received == [] and arrays is sent
+    assert metrics["fedlns-active"] == 1 and metrics["fedlns-held"] == 1 and metrics["fedlns-retained"] == 0
+    assert metrics["fedlns-rejected"] == len(BENIGN + ATTACKERS)
+    result = strategy.results[-1]["screening"]
+    assert all(result.rejected[node].startswith("held:") for node in BENIGN)
+
+
 def test_other_inner_strategies_aggregate_the_survivors():
     strategy = FedLNSStrategy(strategy=FedMedian(), screener=make_screener())
     configure(strategy)

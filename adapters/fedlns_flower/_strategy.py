@@ -167,9 +167,9 @@ class FedLNSStrategy(Strategy):
             unchanged while warming up or when nothing is retained.
         metrics : flwr.app.MetricRecord
             The inner strategy's metrics plus ``fedlns-active``, ``fedlns-bank-size``,
-            ``fedlns-retained``, ``fedlns-rejected`` (screened out or invalid),
-            ``fedlns-dropped`` (error or unreadable replies) and ``fedlns-components``
-            (-1 while inactive); only ``fedlns-failed`` = 1 (and the current arrays)
+            ``fedlns-retained``, ``fedlns-rejected`` (screened out, held or invalid), ``fedlns-held``
+            (1 where ``quorum`` held the round), ``fedlns-dropped`` (error or unreadable replies) and
+            ``fedlns-components`` (-1 while inactive); only ``fedlns-failed`` = 1 (and the current arrays)
             when the round failed as a whole.
         """
         if self._current_arrays is None or self._current_round != server_round:
@@ -218,7 +218,9 @@ class FedLNSStrategy(Strategy):
                 INFO,
                 "FedLNS round %d: %s (bank %d); arrays unchanged",
                 server_round,
-                "active, nothing retained" if result.active else "warming up",
+                ("held by the quorum" if result.held else "active, nothing retained")
+                if result.active
+                else "warming up",
                 result.bank_size,
             )
             return self._current_arrays, self._metrics(result, dropped, MetricRecord())
@@ -330,6 +332,7 @@ class FedLNSStrategy(Strategy):
         metrics["fedlns-bank-size"] = int(result.bank_size)
         metrics["fedlns-retained"] = len(result.retained)
         metrics["fedlns-rejected"] = len(result.rejected)
+        metrics["fedlns-held"] = int(result.held)
         metrics["fedlns-components"] = -1 if result.n_components is None else int(result.n_components)
         return metrics
 

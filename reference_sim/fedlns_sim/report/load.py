@@ -51,7 +51,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
     """One summary per run under ``root`` (a runs folder, an archive, or a results folder holding one): its config,
     best checkpoint, last ten rounds, detection totals, screening diagnostics and timings; beside them (not
     written to ``runs.csv``) the per-round curve, the rounds after activation that kept attackers only, the rounds
-    where ``cohort_cut="confirmed"``'s cut rejected clients, and the run's whole config.
+    where ``cohort_cut="confirmed"``'s cut rejected clients, the rounds a quorum held, and the run's whole config.
 
     Runs still in progress (fewer records than rounds) are left out unless ``finished_only=False``: a table must
     not mix a method's 40-round result with another's 12-round one.
@@ -106,6 +106,7 @@ def load_runs(root: str | Path, finished_only: bool = True) -> list[dict]:
                 "curve": [(r["round"], perplexity(finite_loss(r))) for r in records],
                 "attackers_only_rounds": attackers_only_rounds(records),
                 "confirmed_cut_rounds": reason_rounds(records, CONFIRMED_REASON),
+                "held_rounds": [r["round"] for r in trained if r.get("held")],
                 "config": config,
                 "corpus": config.get("corpus") or FAMILY_CORPUS[config["family"]],
                 "pretrain_corpus": config.get("pretrain_corpus", ""),

@@ -1,0 +1,139 @@
+"""The quorum study (``docs/results/quorum``) as Markdown: ``FedLNS(quorum=0.5)`` beside ``FedLNS()`` and FedAvg in
+each cell, the rounds it held, and the plan's criteria, each met or missed.
+
+Reads the study's runs (``scripts/results_quorum.sh``) and cohort-weight/seeds' (the default's and FedAvg's at seeds
+400 and 500): runs folders or results folders holding their archive; a run in more than one folder is read from the
+first. Runs of ``cohort_weight="coherence"`` are left out.
+
+Usage: python scripts/quorum_table.py STUDY [MORE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cohort_vote_table import rates, text, worse  # scripts/, beside this one
+from lora_matrix_table import print_checks
+
+from fedlns_sim.report.load import load_runs
+
+OURS = "fedlns_default"
+AGAINST = ("weak_core",)
+
+
+def gather(sources: list[str]) -> dict:
+    """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "default" | "quorum": run}."""
+    cells: dict = {}
+    for source in sources:
+        for run in load_runs(source):
+            config, method = run["config"], run["method"]
+            if method == OURS:
+                if config.get("cohort_weight", "unit") != "unit":
+                    continue
+                method = "quorum" if config.get("quorum", 0.0) else "default"
+            elif method == "fedavg":
+                method = "clean" if run["fraction"] == 0 else "fedavg"
+            else:
+                continue
+            attack = "-" if run["fraction"] == 0 else run["attack"]
+            key = (run["family"], run["partition"], run["fraction"], attack, run["seed"])
+            cells.setdefault(key, {}).setdefault(method, run)
+    return cells
+
+
+def only(run: dict | None) -> str:
+    return "-" if run is None else (", ".join(str(t) for t in run["attackers_only_rounds"]) or "none")
+
+
+def held(run: dict | None) -> str:
+    return "-" if run is None else str(len(run["held_rounds"]))
+
+
+def mean_gap(pairs: list[tuple[dict, dict]]) -> float:
+    """How much worse the first runs are than the second on average (best and last 10, the worse of the two)."""
+    return max(
+        sum(a[k] for a, _ in pairs) / sum(b[k] for _, b in pairs) - 1 for k in ("perplexity", "last10_perplexity")
+    )
+
+
+def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    checks: dict[str, list[tuple[str, bool]]] = {}
+
+    def add(test: str, text: str, met: bool) -> None:
+        checks.setdefault(test, []).append((text, met))
+
+    groups: dict[tuple, list[tuple]] = {}
+    for key in sorted(cells):
+        if "quorum" in cells[key]:
+            groups.setdefault(key[:4], []).append(key)
+    for group, keys in sorted(groups.items()):
+        family, partition, fraction, attack = group
+        name = f"{family} {partition} {fraction:.0%} {attack}"
+        for key in keys:
+            ours = cells[key]["quorum"]
+            if fraction > 0:
+                add(
+                    "1. no round of attackers only after activation",
+                    f"{name} seed {key[4]}: rounds {only(ours)}",
+                    not ours["attackers_only_rounds"],
+                )
+        if attack in AGAINST:
+            for key in keys:
+                fedavg = cells[key].get("fedavg")
+                ours = cells[key]["quorum"]
+                add(
+                    "2. under weak_core, at most 1% above FedAvg (best and last 10)",
+                    f"{name} seed {key[4]}: " + ("no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"),
+                    fedavg is not None and worse(ours, fedavg) <= 0.01,
+                )
+            continue
+        test = "3. without attackers" if fraction == 0 else "4. under attack"
+        missing = [f"seed {k[4]}" for k in keys if "default" not in cells[k]]
+        if missing:
+            add(f"{test}: the default's run beside each", f"{name}: missing {', '.join(missing)}", False)
+            continue
+        pairs = [(cells[k]["quorum"], cells[k]["default"]) for k in keys]
+        gap = mean_gap(pairs)
+        add(f"{test}, at most 1% above the default (seeds averaged)", f"{name}: {gap:+.1%}", gap <= 0.01)
+        for key, (ours, default) in zip(keys, pairs):
+            add(
+                f"{test}, every run at most 2% above the default's",
+                f"{name} seed {key[4]}: {worse(ours, default):+.1%}",
+                worse(ours, default) <= 0.02,
+            )
+    return checks
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cells = gather(argv)
+    print("Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /")
+    print("FPR (held clients count as rejected); the rounds that kept attackers only; the rounds the quorum held.\n")
+    print(
+        "| family | partition | malicious | attack | seed | FedAvg | default | quorum | TPR / FPR default | quorum "
+        "| attackers only: default | quorum | held |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
+    for key in sorted(cells, key=lambda k: (k[3] not in AGAINST, k[2], k[0], k[1], k[3], k[4])):
+        family, partition, fraction, attack, seed = key
+        cell = cells[key]
+        if "quorum" not in cell:
+            continue
+        print(
+            f"| {family} | {partition} | {fraction:.0%} | {attack} | {seed} | "
+            + " | ".join(text(cell.get(m)) for m in ("clean" if fraction == 0 else "fedavg", "default", "quorum"))
+            + " | "
+            + " | ".join(rates(cell.get(m)) for m in ("default", "quorum"))
+            + " | "
+            + " | ".join(only(cell.get(m)) for m in ("default", "quorum"))
+            + f" | {held(cell['quorum'])} |"
+        )
+    print("\n## The plan's criteria\n")
+    print_checks(checks_of(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
