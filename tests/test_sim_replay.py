@@ -121,6 +121,12 @@ def test_cohort_replay_gives_each_clients_sides_and_the_default_vote_reads_them_
             vote = {name: sum(d["sides"][c][1] for c in part) for name, part in (("out", rejected), ("in", kept))}
             assert vote["out"] < 0 and vote["out"] <= vote["in"]
     assert cut >= 1
+    for d in decisions:  # the whole graph's cohorts by kind: the round's own placed clients are among them
+        placed = {kind: [sum(1 for c in d["clients"] if d["sides"][c][1] == sign and (c in d["malicious"]) == bad)
+                         for bad in (False, True)] for kind, sign in (("majority", 1), ("minority", -1))}
+        for kind in ("majority", "minority"):
+            assert all(whole >= own for whole, own in zip(d["cohorts"][kind], placed[kind]))
+    assert any(d["cohorts"]["minority"][1] > 0 for d in decisions)  # the graph places attackers in the minority
     only = [d["round"] for d in decisions if d["kept"] and set(d["kept"]) <= set(d["malicious"])]
     assert summarize(decisions)["attackers_only_rounds"] == only
     assert main([str(recorded_cohort), "--variants", "cohort", "--per-round"]) == 0

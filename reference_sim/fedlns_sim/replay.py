@@ -173,6 +173,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     screener = make_screener(config_from_dict(_run_config(run_dir)))
     recent = max(screener.activation_threshold, 3)
     records = {r["round"]: r for r in read_records(run_dir)}
+    attackers = {c for r in records.values() for c in r.get("malicious_sampled", [])}  # every id that ever attacked
     bank: dict[int, list] = {}  # client -> [signature, sketch, stamp, score], in the screener's column order
     graph = CohortGraph()
     outcome: CohortOutcome | SupportOutcome  # the cohort rule's for variant cohort, else the support rule's
@@ -250,6 +251,14 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
         if name == "cohort":  # each client's side in the graph before the round's edges and with them (+1/-1/0)
             history, voted = before.sides(), staged.sides()
             decision["sides"] = {c: [history.get(c, 0), voted[c]] for c in clients}
+            # Whom the graph with the round's edges puts in the majority cohort and the minority: [honest, attackers].
+            decision["cohorts"] = {
+                side: [
+                    sum(1 for c, s in voted.items() if s == sign and c not in attackers),
+                    sum(1 for c, s in voted.items() if s == sign and c in attackers),
+                ]
+                for side, sign in (("majority", 1), ("minority", -1))
+            }
         decisions.append(decision)
     return decisions
 
@@ -443,7 +452,8 @@ def main(argv=None) -> int:
         "--per-round",
         action="store_true",
         help="one JSON line per decided round instead of a summary (a cohort variant adds each client's side in the "
-        "cohort graph before the round's edges and with them)",
+        "cohort graph before the round's edges and with them, and how many honest and attacking ids the graph with "
+        "them places in the majority cohort and in the minority)",
     )
     args = parser.parse_args(argv)
     if args.hypotheses:
