@@ -29,6 +29,13 @@ def only(run: dict | None) -> str:
     return "-" if run is None else (", ".join(str(t) for t in run["attackers_only_rounds"]) or "none")
 
 
+def add_tpr_checks(add, tc40: dict, test: str, unit: str) -> None:
+    """Per family, the candidate's pooled TPR at 40% target corruption at most 0.02 below the default's."""
+    for family, runs in sorted(tc40.items()):
+        before, after = pooled(runs["unit"], "tpr"), pooled(runs["coherence"], "tpr")
+        add(test, f"{family} ({len(runs['unit'])} {unit}): {after:.3f} against {before:.3f}", after >= before - 0.02)
+
+
 def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     checks: dict[str, list[tuple[str, bool]]] = {}
 
@@ -85,13 +92,7 @@ def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             f"{len(bert20['unit'])} cells: {after:.3f} against {before:.3f}",
             after <= before / 2,
         )
-    for family, runs in sorted(tc40.items()):
-        before, after = pooled(runs["unit"], "tpr"), pooled(runs["coherence"], "tpr")
-        add(
-            "3. at 40% target corruption, pooled TPR at most 0.02 below the default's",
-            f"{family} ({len(runs['unit'])} cells): {after:.3f} against {before:.3f}",
-            after >= before - 0.02,
-        )
+    add_tpr_checks(add, tc40, "3. at 40% target corruption, pooled TPR at most 0.02 below the default's", "cells")
     return checks
 
 
@@ -152,14 +153,28 @@ def seeds_checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             if fraction == 0.4 and attack == "target_corruption":
                 tc40.setdefault(family, {}).setdefault("unit", []).append(default)
                 tc40[family].setdefault("coherence", []).append(ours)
-    for family, runs in sorted(tc40.items()):
-        before, after = pooled(runs["unit"], "tpr"), pooled(runs["coherence"], "tpr")
-        add(
-            "4. at 40% target corruption, pooled TPR at most 0.02 below the default's",
-            f"{family} ({len(runs['unit'])} runs): {after:.3f} against {before:.3f}",
-            after >= before - 0.02,
-        )
+    add_tpr_checks(add, tc40, "4. at 40% target corruption, pooled TPR at most 0.02 below the default's", "runs")
     return checks
+
+
+def print_rows(cells: dict, candidate: str, default: str, against: tuple[str, ...], extra=lambda cell: ()) -> None:
+    """One Markdown row per cell that holds the candidate's run, the attacks ``against`` it first: FedAvg (clean
+    FedAvg in a cell without attackers), the default and the candidate (best / last 10), their TPR / FPR and rounds
+    of attackers only, then the columns ``extra(cell)`` gives."""
+    for key in sorted(cells, key=lambda k: (k[3] not in against, k[2], k[0], k[1], k[3], k[4])):
+        cell = cells[key]
+        if candidate not in cell:
+            continue
+        columns = [text(cell.get("fedavg") or cell.get("clean")), *(text(cell.get(m)) for m in (default, candidate))]
+        columns += [rates(cell.get(m)) for m in (default, candidate)] + [
+            only(cell.get(m)) for m in (default, candidate)
+        ]
+        family, partition, fraction, attack, seed = key
+        print(
+            f"| {family} | {partition} | {fraction:.0%} | {attack} | {seed} | "
+            + " | ".join([*columns, *extra(cell)])
+            + " |"
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -175,22 +190,7 @@ def main(argv: list[str]) -> int:
         "| coherence | attackers only: default | coherence |"
     )
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
-    for key in sorted(cells, key=lambda k: (k[3] not in AGAINST, k[2], k[0], k[1], k[3], k[4])):
-        family, partition, fraction, attack, seed = key
-        cell = cells[key]
-        if "coherence" not in cell:
-            continue
-        print(
-            f"| {family} | {partition} | {fraction:.0%} | {attack} | {seed} | "
-            + " | ".join(
-                text(cell.get(m) or cell.get("clean" if m == "fedavg" else m)) for m in ("fedavg", "unit", "coherence")
-            )
-            + " | "
-            + " | ".join(rates(cell.get(m)) for m in ("unit", "coherence"))
-            + " | "
-            + " | ".join(only(cell.get(m)) for m in ("unit", "coherence"))
-            + " |"
-        )
+    print_rows(cells, "coherence", "unit", AGAINST)
     print("\n## The plan's criteria\n")
     print_checks(seeds_checks_of(cells) if seeds else checks_of(cells))
     return 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from cohort_vote_table import rates, text, worse  # scripts/, beside this one
+from cohort_vote_table import worse  # scripts/, beside this one
+from cohort_weight_table import only, print_rows
 from lora_matrix_table import print_checks
 
 from fedlns_sim.report.load import load_runs
@@ -39,10 +40,6 @@ def gather(sources: list[str]) -> dict:
             key = (run["family"], run["partition"], run["fraction"], attack, run["seed"])
             cells.setdefault(key, {}).setdefault(method, run)
     return cells
-
-
-def only(run: dict | None) -> str:
-    return "-" if run is None else (", ".join(str(t) for t in run["attackers_only_rounds"]) or "none")
 
 
 def held(run: dict | None) -> str:
@@ -116,20 +113,7 @@ def main(argv: list[str]) -> int:
         "| attackers only: default | quorum | held |"
     )
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
-    for key in sorted(cells, key=lambda k: (k[3] not in AGAINST, k[2], k[0], k[1], k[3], k[4])):
-        family, partition, fraction, attack, seed = key
-        cell = cells[key]
-        if "quorum" not in cell:
-            continue
-        print(
-            f"| {family} | {partition} | {fraction:.0%} | {attack} | {seed} | "
-            + " | ".join(text(cell.get(m)) for m in ("clean" if fraction == 0 else "fedavg", "default", "quorum"))
-            + " | "
-            + " | ".join(rates(cell.get(m)) for m in ("default", "quorum"))
-            + " | "
-            + " | ".join(only(cell.get(m)) for m in ("default", "quorum"))
-            + f" | {held(cell['quorum'])} |"
-        )
+    print_rows(cells, "quorum", "default", AGAINST, lambda cell: [held(cell["quorum"])])
     print("\n## The plan's criteria\n")
     print_checks(checks_of(cells))
     return 0

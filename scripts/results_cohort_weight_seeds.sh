@@ -8,17 +8,11 @@
 # SEEDS (default "400 500").
 set -euo pipefail
 runs="${1:-runs/cohort-weight-seeds}"
-sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set peft_norms=false --set signature=auto --no-references)
-part="${PART:-all}"
-rate() { case "$1" in gpt | llama) echo 1e-2 ;; bert) echo 5e-3 ;; esac; }
+# shellcheck source=scripts/lora_cells.sh
+. "$(dirname "$0")/lora_cells.sh"
 cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
-  local family="$1" partition="$2" fraction="$3" seed="$4" attack="$5" methods="${6:-}"
-  local args=("${common[@]}" --families "$family" --partitions "$partition" --fractions "$fraction"
-    --seeds "$seed" --set learning_rate="$(rate "$family")" --out "$runs")
-  [ "$fraction" = 0 ] || args+=(--attacks "$attack")
-  "$sim" sweep "${args[@]}" --methods "fedlns_default${methods:+,$methods}"
-  "$sim" sweep "${args[@]}" --methods fedlns_default --set cohort_weight=coherence
+  lora_sweep "${@:1:5}" --methods "fedlns_default${6:+,$6}"
+  lora_sweep "${@:1:5}" --methods fedlns_default --set cohort_weight=coherence
 }
 
 for seed in ${SEEDS:-400 500}; do

@@ -9,18 +9,9 @@
 # failures, regression, defaults).
 set -euo pipefail
 runs="${1:-runs/quorum}"
-sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set peft_norms=false --set signature=auto --no-references)
-part="${PART:-all}"
-rate() { case "$1" in gpt | llama) echo 1e-2 ;; bert) echo 5e-3 ;; esac; }
-run() {  # run FAMILY PARTITION FRACTION SEED ATTACK METHODS [SETTINGS...]
-  local family="$1" partition="$2" fraction="$3" seed="$4" attack="$5" methods="$6"
-  shift 6
-  local args=("${common[@]}" --families "$family" --partitions "$partition" --fractions "$fraction"
-    --seeds "$seed" --set learning_rate="$(rate "$family")" --out "$runs" --methods "$methods")
-  [ "$fraction" = 0 ] || args+=(--attacks "$attack")
-  "$sim" sweep "${args[@]}" "$@"
-}
+# shellcheck source=scripts/lora_cells.sh
+. "$(dirname "$0")/lora_cells.sh"
+run() { lora_sweep "${@:1:5}" --methods "$6" "${@:7}"; }  # run FAMILY PARTITION FRACTION SEED ATTACK METHODS [...]
 candidate() { run "$@" fedlns_default --set quorum=0.5; }  # candidate FAMILY PARTITION FRACTION SEED ATTACK
 both() { run "$@" fedlns_default; candidate "$@"; }        # the default and the candidate
 
