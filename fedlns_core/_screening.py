@@ -414,7 +414,8 @@ class FedLNS:
         held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the
         premise that attackers are a minority: either the attackers hold this round (holding it loses only the
         honest few) or the rule erred. In the LoRA matrix 15 of the 20 rounds in which ``FedLNS()`` kept only
-        attackers kept fewer than half of the round (``quorum=0.5``, a candidate: ``docs/results/quorum``). 0: off.
+        attackers kept fewer than half of the round; but ``quorum=0.5`` failed its measurement under ``weak_core``
+        (``docs/results/quorum``: the rounds of attackers only moved to rounds the attackers hold). 0: off.
     sketch_dim : int >= 16, default=2048
         ``"cohort"`` and ``"support"``: length of the update sketch (cosine error about
         ``1/sqrt(sketch_dim)``).
