@@ -51,7 +51,12 @@ loud one are treated alike, as parts apart; an honest client that is an outlier 
 it (its id is majority-side), and a client is never rejected without an update apart from the others in this
 round. What it needs: ids that come back (the graph links rounds through them); ids seen in no split round are
 unplaced, so a round made only of new ids keeps everyone. What gets through: attackers whose updates a round
-cannot tell from honest ones (``alie``, ``backdoor``), as with every rule that reads updates.
+cannot tell from honest ones (``alie``, ``backdoor``), as with every rule that reads updates. What breaks it: honest
+updates that agree only weakly, cut into a small honest core against the rest, attackers and honest clients
+together; those cuts join attackers with honest ids and split the honest ids, until the graph's leading eigenvector
+puts the attackers on the side that holds most of the bank's ids and rounds keep attackers only (``weak_core``,
+which adds private noise until the attackers agree no more than honest clients do:
+``docs/results/cohort-weight/seeds``).
 """
 
 from __future__ import annotations
