@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fedlns_sim.report.load import load_runs
 from fedlns_sim.report.stats import detection_rates
@@ -25,13 +27,22 @@ VOTES = ("history", "strong")  # the votes studied; "round" is the default
 AGAINST = ("sleeper", "majority_only", "cut_blend", "half_blend")  # the attacks written against the votes
 
 
-def gather(sources: list[str], setting: str = "cohort_vote", default: str = "round", by_folder: bool = False) -> dict:
+def gather(
+    sources: list[str],
+    setting: str = "cohort_vote",
+    default: Any = "round",
+    by_folder: bool = False,
+    keep: Callable[[dict], bool] | None = None,
+) -> dict:
     """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a value of ``setting``: run}:
     ``FedLNS()``'s runs are told apart by their ``setting`` (``default`` for runs made before it existed). With
-    ``by_folder`` the key starts with the name of the folder the run came from."""
+    ``by_folder`` the key starts with the name of the folder the run came from; with ``keep``, only the runs it
+    accepts are read."""
     cells: dict = {}
     for source in sources:
         for run in load_runs(source):
+            if keep is not None and not keep(run):
+                continue
             method = run["method"]
             if method == OURS:
                 method = run["config"].get(setting, default)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
-from lora_matrix_table import print_checks
+from lora_matrix_table import checklist, print_checks
 
 from fedlns_sim.report.stats import detection_rates
 
@@ -37,10 +37,7 @@ def add_tpr_checks(add, tc40: dict, test: str, unit: str) -> None:
 
 
 def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
-    checks: dict[str, list[tuple[str, bool]]] = {}
-
-    def add(test: str, text: str, met: bool) -> None:
-        checks.setdefault(test, []).append((text, met))
+    checks, add = checklist()
 
     bert20: dict[str, list[dict]] = {"unit": [], "coherence": []}
     tc40: dict[str, dict[str, list[dict]]] = {}
@@ -96,18 +93,27 @@ def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
-def seeds_checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
-    """The second plan's criteria: cells of two seeds, read per cell (the seeds averaged) and per run."""
-    checks: dict[str, list[tuple[str, bool]]] = {}
-
-    def add(test: str, text: str, met: bool) -> None:
-        checks.setdefault(test, []).append((text, met))
-
+def cell_groups(cells: dict) -> dict[tuple, list[tuple]]:
+    """(family, partition, fraction, attack) -> the cells' keys at each seed, in sorted order."""
     groups: dict[tuple, list[tuple]] = {}
     for key in sorted(cells):
         groups.setdefault(key[:4], []).append(key)
+    return dict(sorted(groups.items()))
+
+
+def mean_gap(pairs: list[tuple[dict, dict]]) -> float:
+    """How much worse the first runs are than the second on average (best and last 10, the worse of the two)."""
+    return max(
+        sum(a[k] for a, _ in pairs) / sum(b[k] for _, b in pairs) - 1 for k in ("perplexity", "last10_perplexity")
+    )
+
+
+def seeds_checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    """The second plan's criteria: cells of two seeds, read per cell (the seeds averaged) and per run."""
+    checks, add = checklist()
+
     tc40: dict[str, dict[str, list[dict]]] = {}
-    for group, keys in sorted(groups.items()):
+    for group, keys in cell_groups(cells).items():
         family, partition, fraction, attack = group
         name = f"{family} {partition} {fraction:.0%} {attack}"
         pairs = [(cells[k].get("coherence"), cells[k].get("unit"), cells[k].get("fedavg"), k[4]) for k in keys]
@@ -139,10 +145,7 @@ def seeds_checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
                 )
         if attack == "weak_core":
             continue
-        gap = max(
-            sum(ours[k] for ours, _, _, _ in pairs) / sum(default[k] for _, default, _, _ in pairs) - 1
-            for k in ("perplexity", "last10_perplexity")
-        )
+        gap = mean_gap([(ours, default) for ours, default, _, _ in pairs])
         add("3. averaged over the seeds, at most 1% above the default", f"{name}: {gap:+.1%}", gap <= 0.01)
         for ours, default, _, seed in pairs:
             add(

@@ -27,6 +27,7 @@ import argparse
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -174,6 +175,16 @@ def main(argv: list[str]) -> int:
                 + (f"; another defence lower in {'; '.join(beaten)}" if beaten else "")
             )
     return 0
+
+
+def checklist() -> tuple[dict[str, list[tuple[str, bool]]], Callable[[str, str, bool], None]]:
+    """An empty set of checks (target -> [(text, met)]) and the function that adds one, for :func:`print_checks`."""
+    checks: dict[str, list[tuple[str, bool]]] = {}
+
+    def add(test: str, text: str, met: bool) -> None:
+        checks.setdefault(test, []).append((text, met))
+
+    return checks, add
 
 
 def print_checks(checks: dict[str, list[tuple[str, bool]]], majority: tuple[str, ...] = ()) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import sys
 
-from cohort_vote_table import worse  # scripts/, beside this one
-from cohort_weight_table import only, print_rows
-from lora_matrix_table import print_checks
-
-from fedlns_sim.report.load import load_runs
+from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
+from cohort_vote_table import worse
+from cohort_weight_table import cell_groups, mean_gap, only, print_rows
+from lora_matrix_table import checklist, print_checks
 
 OURS = "fedlns_default"
 AGAINST = ("weak_core",)
@@ -24,46 +23,22 @@ AGAINST = ("weak_core",)
 
 def gather(sources: list[str]) -> dict:
     """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "default" | "quorum": run}."""
-    cells: dict = {}
-    for source in sources:
-        for run in load_runs(source):
-            config, method = run["config"], run["method"]
-            if method == OURS:
-                if config.get("cohort_weight", "unit") != "unit":
-                    continue
-                method = "quorum" if config.get("quorum", 0.0) else "default"
-            elif method == "fedavg":
-                method = "clean" if run["fraction"] == 0 else "fedavg"
-            else:
-                continue
-            attack = "-" if run["fraction"] == 0 else run["attack"]
-            key = (run["family"], run["partition"], run["fraction"], attack, run["seed"])
-            cells.setdefault(key, {}).setdefault(method, run)
-    return cells
+    unit_weight = lambda run: run["method"] != OURS or run["config"].get("cohort_weight", "unit") == "unit"  # noqa: E731
+    cells = gather_runs(sources, setting="quorum", default=0.0, keep=unit_weight)
+    named = {0.0: "default", 0.5: "quorum"}  # the settings studied
+    return {key: {named.get(method, method): run for method, run in cell.items()} for key, cell in cells.items()}
 
 
 def held(run: dict | None) -> str:
     return "-" if run is None else str(len(run["held_rounds"]))
 
 
-def mean_gap(pairs: list[tuple[dict, dict]]) -> float:
-    """How much worse the first runs are than the second on average (best and last 10, the worse of the two)."""
-    return max(
-        sum(a[k] for a, _ in pairs) / sum(b[k] for _, b in pairs) - 1 for k in ("perplexity", "last10_perplexity")
-    )
-
-
 def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
-    checks: dict[str, list[tuple[str, bool]]] = {}
-
-    def add(test: str, text: str, met: bool) -> None:
-        checks.setdefault(test, []).append((text, met))
-
-    groups: dict[tuple, list[tuple]] = {}
-    for key in sorted(cells):
-        if "quorum" in cells[key]:
-            groups.setdefault(key[:4], []).append(key)
-    for group, keys in sorted(groups.items()):
+    checks, add = checklist()
+    for group, all_keys in cell_groups(cells).items():
+        keys = [key for key in all_keys if "quorum" in cells[key]]
+        if not keys:
+            continue
         family, partition, fraction, attack = group
         name = f"{family} {partition} {fraction:.0%} {attack}"
         for key in keys:

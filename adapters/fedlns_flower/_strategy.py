@@ -213,16 +213,13 @@ class FedLNSStrategy(Strategy):
             log(INFO, "FedLNS round %d: rejected node %s: %s", server_round, node, escape_text(reason, 400))
 
         if not result.retained:
-            # Warm-up hold (w_{t+1} = w_t) or nothing retained: keep the current arrays.
-            log(
-                INFO,
-                "FedLNS round %d: %s (bank %d); arrays unchanged",
-                server_round,
-                ("held by the quorum" if result.held else "active, nothing retained")
-                if result.active
-                else "warming up",
-                result.bank_size,
-            )
+            # Warm-up hold (w_{t+1} = w_t), a round the quorum held, or nothing retained: keep the current arrays.
+            state = "active, nothing retained"
+            if not result.active:
+                state = "warming up"
+            elif result.held:
+                state = "held by the quorum"
+            log(INFO, "FedLNS round %d: %s (bank %d); arrays unchanged", server_round, state, result.bank_size)
             return self._current_arrays, self._metrics(result, dropped, MetricRecord())
 
         log(
