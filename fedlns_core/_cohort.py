@@ -27,8 +27,9 @@ which is what the history bank is keyed by anyway:
 2. **The cohort graph.** Every split round adds +1 between two of its clients in the same part and -1 between
    two in different parts to a signed graph over client ids (the bank's ids); older evidence decays by
    ``cohort_decay`` per round, so a client's standing follows what it sends now. With
-   ``cohort_weight="coherence"`` the round's edges weigh the mean cosine within the cut's core instead of 1
-   (:func:`edge_strength`).
+   ``cohort_weight="coherence"`` the round's edges weigh the mean cosine within the cut's core instead of 1; with
+   ``"agreeing"`` a weak cut (core below ``STRONG_CUT``) adds its edge only between two clients whose own cosine
+   agrees with it (:func:`edge_strength`).
 3. **The population's cohorts.** The sign of each id in the graph's leading eigenvector (largest eigenvalue;
    for two antagonistic groups it is +1 on one and -1 on the other) splits the ids in two; a side holding
    more than half of all the bank's ids is the majority cohort (the population's honest majority, as the
@@ -367,10 +368,11 @@ class CohortGraph:
         return len(self.ids)
 
     def updated(
-        self, ids: Sequence[ClientId], first: np.ndarray | None, decay: float, strength: float = 1.0
+        self, ids: Sequence[ClientId], first: np.ndarray | None, decay: float, strength: float | np.ndarray = 1.0
     ) -> CohortGraph:
         """The graph after a round: old weights times ``decay``, then +``strength``/-``strength`` between the
-        round's clients by ``first`` (their part; None for a round that did not split: nothing is added)."""
+        round's clients by ``first`` (their part; None for a round that did not split: nothing is added).
+        ``strength`` is one number or an (N, N) array, one per pair of the round's clients."""
         new = [client_id for client_id in dict.fromkeys(ids) if client_id not in self._index]
         size = len(self.ids) + len(new)
         weights = np.zeros((size, size))
@@ -433,21 +435,45 @@ class CohortOutcome:
     to_support: bool = False  # undecided="support" and the round split with no cohort holding most of the bank's ids
 
 
-def edge_strength(cut: RoundParts, weight: str) -> float:
+def edge_strength(cut: RoundParts, weight: str, cosines: np.ndarray | None = None) -> float | np.ndarray:
     """What a split round's edges weigh in the cohort graph: 1 (``weight="unit"``), or the cut's core mean cosine
-    within clipped to [0, 1] (``"coherence"``).
+    within clipped to [0, 1] (``"coherence"``), or (``"agreeing"``) 1 for a strong cut (core mean cosine within at
+    least ``STRONG_CUT``) and, for a weak one, per pair of the round's clients (an (N, N) array from the round's
+    ``cosines``): 1 where the pair's own cosine agrees with the cut (the two in the same part and their cosine
+    above the median of the round's pairs, or in different parts and below it), else 0.
+
+    Why ``"agreeing"``: a weak cut is what the tree makes of honest updates that agree little, a small honest core
+    against the rest, attackers included; taken whole, its +1 joins the attackers with the honest clients in the
+    rest and its -1 sets honest clients against each other, until the graph splits the honest ids
+    (``weak_core``). Read pair by pair, the same round's cosines say which of those edges hold.
 
     Examples
     --------
     >>> cut = RoundParts(np.array([True, True, False]), within=0.8, across=0.1, apart=True)
     >>> edge_strength(cut, "unit"), edge_strength(cut, "coherence")
     (1.0, 0.8)
+    >>> weak = RoundParts(np.array([True, True, False, False]), within=0.2, across=0.0, apart=True)
+    >>> cosines = np.array([[1, .2, -.1, .3], [.2, 1, .0, -.1], [-.1, .0, 1, -.2], [.3, -.1, -.2, 1]])
+    >>> edge_strength(weak, "agreeing", cosines)  # the round's median pair cosine is -0.05
+    array([[0., 1., 1., 0.],
+           [1., 0., 0., 1.],
+           [1., 0., 0., 0.],
+           [0., 1., 0., 0.]])
     """
     if weight == "unit":
         return 1.0
     if weight == "coherence":
         return float(np.clip(cut.within, 0.0, 1.0))
-    raise ValueError(f"weight must be 'unit' or 'coherence', got {weight!r}")
+    if weight == "agreeing":
+        if cut.within >= STRONG_CUT:
+            return 1.0
+        if cosines is None:
+            raise ValueError("the agreeing weight reads the round's cosines")
+        pairs = ~np.eye(len(cosines), dtype=bool)
+        centered = cosines - np.median(cosines[pairs])
+        same = cut.first[:, None] == cut.first[None, :]
+        return (np.where(same, centered > 0, centered < 0) & pairs).astype(float)
+    raise ValueError(f"weight must be 'unit', 'coherence' or 'agreeing', got {weight!r}")
 
 
 def cohort_rule(
@@ -499,9 +525,10 @@ def cohort_rule(
         Read the members' sides from the graph with this round's edges (``"round"``), or from the graph before
         them, placing with them only the ids it leaves unplaced (``"history"``), or ``"history"`` for a cut whose
         core agrees less than ``STRONG_CUT`` and ``"round"`` otherwise (``"strong"``; ``FedLNS(cohort_vote=...)``).
-    weight : {"unit", "coherence"}, default="unit"
+    weight : {"unit", "coherence", "agreeing"}, default="unit"
         What the cut's edges weigh (``FedLNS(cohort_weight=...)``): 1, or the mean cosine within the cut's core
-        clipped to [0, 1] (:func:`edge_strength`).
+        clipped to [0, 1], or, for a weak cut, 1 only between two clients whose own cosine agrees with the cut
+        (:func:`edge_strength`).
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -521,7 +548,7 @@ def cohort_rule(
         centered_cut = centered_parts(sketches, separation=separation, dimension=dimension)
         if centered_cut is not None and centered_cut.apart:
             cut, centered = centered_cut, True
-    strength = 1.0 if cut is None else edge_strength(cut, weight)
+    strength = 1.0 if cut is None else edge_strength(cut, weight, cosines)
     before, graph = graph, graph.updated(ids, None if cut is None else cut.first, decay, strength)
     reasons = [""] * n
     kept = np.ones(n, dtype=bool)

@@ -403,12 +403,17 @@ class FedLNS:
         ``"strong"``: ``"history"`` for weak cuts, ``"round"`` for a cut whose core agrees at mean cosine 0.5 or
         more (``fedlns_core._cohort.STRONG_CUT``): attackers that poison after an honest history (``sleeper``) cut
         strongly, the false cuts of honest clients weakly.
-    cohort_weight : {"unit", "coherence"}, default="unit"
+    cohort_weight : {"unit", "coherence", "agreeing"}, default="unit"
         ``"cohort"`` only: what a split round's edges weigh in the cohort graph. ``"unit"``: +1 and -1 whatever the
         cut. ``"coherence"`` (a candidate, ``docs/results/cohort-weight``): the cut's core mean cosine within
         (clipped to [0, 1]), so that the weak cuts the tree makes among honest clients that agree little (mean
         cosine 0.1-0.25 within) weigh a fraction of a cut of attackers sending one direction (0.7-1.0), and a
-        group that wants light edges has to send updates that disagree with each other.
+        group that wants light edges has to send updates that disagree with each other. ``"agreeing"`` (a candidate,
+        ``docs/results/cohort-agree``): a strong cut (core mean cosine 0.5 or more, ``STRONG_CUT``) weighs 1; a weak
+        one adds its edge only between two clients whose own cosine in the round agrees with it (same part and
+        above the round's median pair cosine, or different parts and below it), so that a weak cut of a few honest
+        clients against the rest does not join the attackers in the rest with the honest clients there
+        (``weak_core``).
     quorum : float in [0, 1], default=0.0
         Every retain rule: a screened round whose kept clients are fewer than this share of its screened clients is
         held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the

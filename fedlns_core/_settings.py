@@ -110,7 +110,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "cohort_undecided": [Options(("support", "keep", "hold", "deviation"))],
     "cohort_cut": [Options(("tree", "significant", "confirmed", "centered"))],
     "cohort_vote": [Options(("round", "history", "strong"))],
-    "cohort_weight": [Options(("unit", "coherence"))],
+    "cohort_weight": [Options(("unit", "coherence", "agreeing"))],
     "quorum": [Interval("real", 0, 1, closed="both")],
     "sketch_dim": [Interval("int", 16)],
     "clip": [Options(("median",)), None],

@@ -405,6 +405,68 @@ def test_the_coherence_weight_keeps_honest_clients_the_false_cuts_reject(seed):
     assert tp >= unit_tp and only == 0, (tp, unit_tp, bad, only)
 
 
+def test_the_agreeing_weight_trusts_a_strong_cut_whole_and_a_weak_one_pair_by_pair():
+    from fedlns_core._cohort import STRONG_CUT, RoundParts, edge_strength
+
+    rng = np.random.default_rng(3)
+    units = _unit(rng.standard_normal((8, 40)))
+    cosines = units @ units.T
+    first = np.arange(8) < 3
+    assert edge_strength(RoundParts(first, STRONG_CUT, 0.0, True), "agreeing", cosines) == 1.0
+    weights = edge_strength(RoundParts(first, STRONG_CUT - 0.01, 0.0, True), "agreeing", cosines)
+    median = np.median(cosines[~np.eye(8, dtype=bool)])
+    for i in range(8):
+        for j in range(8):
+            same = first[i] == first[j]
+            agrees = i != j and (cosines[i, j] > median if same else cosines[i, j] < median)
+            assert weights[i, j] == float(agrees)
+    assert np.array_equal(weights, weights.T)
+    with pytest.raises(ValueError, match="cosines"):
+        edge_strength(RoundParts(first, 0.1, 0.0, True), "agreeing")
+
+
+def _weak_core_federation(weight, seed, rounds=60, population=50, n_bad=20, dim=50):
+    """Rounds of 10 from a population with 40% attackers, everyone agreeing only weakly (mean cosine 0.12 within
+    each kind, -0.3 between the kinds' directions) and the cosines noisy (50 dimensions), so the tree cuts weakly
+    and often a few honest clients against the rest: ``weak_core`` in miniature. Returns the honest clients rejected
+    and seen, the attackers rejected and seen, and the rounds that kept attackers only."""
+    from fedlns_core._cohort import cohort_rule
+
+    rng, graph = np.random.default_rng(seed), CohortGraph()
+    honest, poison = np.eye(dim)[0], -0.3 * np.eye(dim)[0] + np.sqrt(1 - 0.09) * np.eye(dim)[1]
+    tally, only = [0, 0, 0, 0], 0
+    for t in range(rounds):
+        ids = [int(c) for c in rng.choice(population, 10, replace=False)]
+        noise = _unit(rng.standard_normal((10, dim)))
+        rows = np.stack([np.sqrt(0.12) * (poison if c < n_bad else honest) for c in ids]) + np.sqrt(0.88) * noise
+        outcome = cohort_rule(
+            np.ones(10), rows, ids, graph, np.arange(10.0), np.ones(10), recent=10, separation=0.5,
+            loud_separation=6.0, decay=0.9, weight=weight, decide=t >= 10,
+        )
+        graph = outcome.graph.restricted(sorted(set(graph.ids) | set(ids)))
+        if t < 10:
+            continue
+        kept = {c for c, k in zip(ids, outcome.retained) if k}
+        tally[0] += sum(c >= n_bad and c not in kept for c in ids)
+        tally[1] += sum(c >= n_bad for c in ids)
+        tally[2] += sum(c < n_bad and c not in kept for c in ids)
+        tally[3] += sum(c < n_bad for c in ids)
+        only += bool(kept) and all(c < n_bad for c in kept)
+    return tally, only
+
+
+def test_the_agreeing_weight_keeps_the_honest_ids_together_under_weak_cuts():
+    """Under the unit weight the weak cuts' edges join attackers with honest clients and set honest clients against
+    each other, and some rounds keep attackers only; read pair by pair (``"agreeing"``) none does, and as many
+    attackers are rejected with no more honest clients."""
+    unit = [_weak_core_federation("unit", seed) for seed in range(6)]
+    agreeing = [_weak_core_federation("agreeing", seed) for seed in range(6)]
+    assert sum(only for _, only in unit) > 0
+    assert all(only == 0 for _, only in agreeing)
+    unit_totals, agreeing_totals = (np.sum([tally for tally, _ in runs], axis=0) for runs in (unit, agreeing))
+    assert agreeing_totals[2] >= unit_totals[2] and agreeing_totals[0] <= 1.1 * unit_totals[0]
+
+
 # ------------------------------------------------------------------------------------------ the screener
 class _LoraLikeFederation:
     """Honest updates agree within a round but point somewhere new each round (a LoRA adapter is the accumulated

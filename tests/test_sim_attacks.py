@@ -506,3 +506,40 @@ def test_weak_core_agrees_within_no_more_than_the_honest_clients_and_keeps_the_p
     assert mean @ poison / (np.linalg.norm(mean) * np.linalg.norm(poison)) > 0.5  # about 0.6 expected here
     one = {0: clients[0], 6: clients[6]}  # one attacker: nothing to spread
     assert make_attack("weak_core", TOKENIZER, _config()).craft(global_params, one, [6], (), rng) is one
+
+
+def test_agree_blend_leans_towards_the_honest_mean_just_enough_to_sit_above_the_rounds_median_cosine():
+    from fedlns_core._support import _unit
+    from fedlns_sim.attacks import AgreeBlend
+
+    rng, global_params, clients, poison = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
+    malicious = [6, 7, 8, 9]
+
+    def rows(params, ids):
+        return np.stack([params[c]["w"].astype(np.float64) for c in ids])
+
+    honest = rows(clients, range(6))
+    sent = make_attack("agree_blend", TOKENIZER, _config()).craft(global_params, clients, malicious, (),
+                                                                  np.random.default_rng(0))
+    assert all(sent[c] is clients[c] for c in range(6))
+    crafted = rows(sent, malicious)
+    assert np.allclose(np.linalg.norm(crafted, axis=1), np.median(np.linalg.norm(honest, axis=1)), rtol=1e-5)
+
+    def above_median(units):
+        everyone = np.concatenate([_unit(honest), units])
+        cosines = everyone @ everyone.T
+        median = np.median(cosines[~np.eye(len(everyone), dtype=bool)])
+        return bool(np.all(np.median(units @ _unit(honest).T, axis=1) > median))
+
+    assert above_median(_unit(crafted))
+    # the least lean that gets there: weak_core's rows (same noise) leaned one step less do not
+    weak = AgreeBlend.weak(honest, rows(clients, malicious), np.random.default_rng(0))
+    towards = _unit(honest.mean(axis=0)[None])[0]
+
+    def leaned(lam):
+        return _unit((1 - lam) * _unit(weak) + lam * towards)
+
+    lam = next(k / 10 for k in range(10) if np.allclose(_unit(crafted), leaned(k / 10)))
+    assert lam > 0 and not above_median(leaned(lam - 0.1))
+    mean = crafted.mean(axis=0)  # what is left of the poison in the server's mean
+    assert mean @ poison / (np.linalg.norm(mean) * np.linalg.norm(poison)) > 0

@@ -61,6 +61,10 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      noise (the benign coordinate-wise spread's shape), sized so that the attackers agree with each
                      other no more than the round's honest clients do (mean cosine), at the benign median norm:
                      against ``cohort_weight="coherence"``, where a cut's edges weigh its core's coherence.
+  ``agree_blend``    ``weak_core`` leaned towards the honest clients' mean update, with the least honest weight at
+                     which each attacker's median cosine to the honest clients is above the round's median pair
+                     cosine: against ``cohort_weight="agreeing"``, where a weak cut joins two clients of one part
+                     only when their own cosine is above that median.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -826,14 +830,19 @@ class WeakCore(TargetCorruption):
     name = "weak_core"
 
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
-        from fedlns_core._support import _unit
-
         benign = [c for c in client_params if c not in malicious]
         if len(malicious) < 2 or len(benign) < 2:
             return client_params
         keys = sorted(global_params)
         honest = _stacked(global_params, client_params, benign, keys)
-        poisoned = _stacked(global_params, client_params, malicious, keys)
+        crafted = self.weak(honest, _stacked(global_params, client_params, malicious, keys), rng)
+        return _sending(global_params, client_params, malicious, self.lean(crafted, honest), keys)
+
+    @staticmethod
+    def weak(honest: np.ndarray, poisoned: np.ndarray, rng) -> np.ndarray:
+        """The attackers' mean poisoned update plus the least noise at which they agree no more than ``honest``."""
+        from fedlns_core._support import _unit
+
         target = _mean_cosine(_unit(honest))
         mean = poisoned.mean(axis=0)
         noise = rng.normal(size=poisoned.shape) * honest.std(axis=0)
@@ -844,10 +853,39 @@ class WeakCore(TargetCorruption):
         for _ in range(40):
             middle = 0.5 * (low + high)
             low, high = (middle, high) if _mean_cosine(_unit(mean + middle * noise)) > target else (low, middle)
-        crafted = mean + high * noise
+        return mean + high * noise
+
+    def lean(self, crafted: np.ndarray, honest: np.ndarray) -> np.ndarray:
+        """What is sent: the crafted rows at the benign median norm (``weak_core`` sends them as they are)."""
         norm = float(np.median(np.linalg.norm(honest, axis=1)))
-        crafted *= norm / np.maximum(np.linalg.norm(crafted, axis=1, keepdims=True), 1e-300)
-        return _sending(global_params, client_params, malicious, crafted, keys)
+        return crafted * (norm / np.maximum(np.linalg.norm(crafted, axis=1, keepdims=True), 1e-300))
+
+
+class AgreeBlend(WeakCore):
+    """``weak_core``, then every attacker's update leaned towards the honest clients' mean update: ``(1 - lam) c_k
+    + lam h`` (both unit vectors), rescaled to the benign median norm, with the smallest ``lam`` of 0, 0.1, ...,
+    0.9 at which each attacker's median cosine to the honest clients lies above the median cosine of all the
+    round's pairs. White-box against ``FedLNS(cohort_weight="agreeing")``: a weak cut's +1 between an attacker and
+    an honest client in the same part counts only where their cosine is above that median, so the attackers have
+    to look like the honest clients to be joined with them; the price is the honest share ``lam`` of what they
+    send."""
+
+    name = "agree_blend"
+    LEANS = tuple(k / 10 for k in range(10))
+
+    def lean(self, crafted: np.ndarray, honest: np.ndarray) -> np.ndarray:
+        from fedlns_core._support import _unit
+
+        own, towards = _unit(crafted), _unit(honest.mean(axis=0)[None])[0]
+        honest_units = _unit(honest)
+        for lam in self.LEANS:
+            sent = _unit((1.0 - lam) * own + lam * towards)
+            units = np.concatenate([honest_units, sent])
+            cosines = units @ units.T
+            median = np.median(cosines[~np.eye(len(units), dtype=bool)])
+            if np.all(np.median(sent @ honest_units.T, axis=1) > median):
+                break
+        return super().lean(sent, honest)
 
 
 def _mean_cosine(units: np.ndarray) -> float:
@@ -910,6 +948,7 @@ ATTACKS = {
         HalfBlend,
         SideJoin,
         WeakCore,
+        AgreeBlend,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

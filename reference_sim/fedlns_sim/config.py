@@ -74,6 +74,7 @@ ATTACK_NAMES = (
     "half_blend",
     "side_join",
     "weak_core",
+    "agree_blend",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
@@ -88,7 +89,7 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 MIXTURE_SOLVERS = ("fast", "sklearn")
 COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
 COHORT_VOTES = ("round", "history", "strong")
-COHORT_WEIGHTS = ("unit", "coherence")
+COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
 COHORT_UNDECIDED = ("support", "keep", "hold", "deviation")
 
 
@@ -214,7 +215,7 @@ class Config:
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
     cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
-    cohort_weight: str = "unit"  # fedlns_default's FedLNS(cohort_weight=...): unit (its default) | coherence
+    cohort_weight: str = "unit"  # fedlns_default's FedLNS(cohort_weight=...): unit (its default) | coherence | agreeing
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
 
     @property

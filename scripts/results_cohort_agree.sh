@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The runs behind docs/results/cohort-agree: FedLNS(cohort_weight="agreeing") against FedLNS() as it ships
+# (cohort_weight="unit") at seeds 400 and 500 (PLAN.md, fixed before the runs), in the cells of cohort-weight/seeds,
+# plus agree_blend, the attack written against the candidate. Adapters only, the LoRA matrix's learning rates.
+# Resumable: finished runs are skipped, so the default's and FedAvg's runs of cohort-weight/seeds, extracted into
+# RUNS_DIR first, are not made again.
+#
+# Usage: bash scripts/results_cohort_agree.sh [RUNS_DIR]   (default runs/cohort-agree)
+# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all: attacks, regression),
+# SEEDS (default "400 500").
+set -euo pipefail
+runs="${1:-runs/cohort-agree}"
+# shellcheck source=scripts/lora_cells.sh
+. "$(dirname "$0")/lora_cells.sh"
+cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
+  lora_sweep "${@:1:5}" --methods "fedlns_default${6:+,$6}"
+  lora_sweep "${@:1:5}" --methods fedlns_default --set cohort_weight=agreeing
+}
+
+for seed in ${SEEDS:-400 500}; do
+  if [ "$part" = all ] || [ "$part" = attacks ]; then
+    # A. weak_core (which breaks the default) and agree_blend (written against the candidate), 40% IID, with FedAvg.
+    for family in gpt llama bert; do
+      cell "$family" iid 0.4 "$seed" weak_core fedavg
+      cell "$family" iid 0.4 "$seed" agree_blend fedavg
+    done
+    # B. majority_only, GPT 40% IID; D. 40% target corruption, IID.
+    cell gpt iid 0.4 "$seed" majority_only fedavg
+    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" target_corruption; done
+  fi
+  if [ "$part" = all ] || [ "$part" = regression ]; then
+    # C. No attackers, non-IID (BERT with clean FedAvg); E. ALIE at 20%: BERT IID, LLaMA non-IID.
+    cell bert noniid 0 "$seed" none fedavg
+    cell gpt noniid 0 "$seed" none
+    cell bert iid 0.2 "$seed" alie
+    cell llama noniid 0.2 "$seed" alie
+  fi
+done
