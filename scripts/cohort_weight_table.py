@@ -29,11 +29,20 @@ def only(run: dict | None) -> str:
     return "-" if run is None else (", ".join(str(t) for t in run["attackers_only_rounds"]) or "none")
 
 
-def add_tpr_checks(add, tc40: dict, test: str, unit: str) -> None:
+def add_tpr_checks(add, tc40: dict, test: str, unit: str, default: str = "unit", candidate: str = "coherence") -> None:
     """Per family, the candidate's pooled TPR at 40% target corruption at most 0.02 below the default's."""
     for family, runs in sorted(tc40.items()):
-        before, after = pooled(runs["unit"], "tpr"), pooled(runs["coherence"], "tpr")
-        add(test, f"{family} ({len(runs['unit'])} {unit}): {after:.3f} against {before:.3f}", after >= before - 0.02)
+        before, after = pooled(runs[default], "tpr"), pooled(runs[candidate], "tpr")
+        add(test, f"{family} ({len(runs[default])} {unit}): {after:.3f} against {before:.3f}", after >= before - 0.02)
+
+
+def add_gap_checks(add, averaged: str, each: str, name: str, seeds: list, pairs: list[tuple[dict, dict]]) -> None:
+    """The candidate's runs against the default's (``pairs``) in one cell: averaged over the seeds at most 1% above
+    (``averaged``), and every run at most 2% above (``each``)."""
+    gap = mean_gap(pairs)
+    add(averaged, f"{name}: {gap:+.1%}", gap <= 0.01)
+    for seed, (ours, default) in zip(seeds, pairs):
+        add(each, f"{name} seed {seed}: {worse(ours, default):+.1%}", worse(ours, default) <= 0.02)
 
 
 def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
@@ -145,14 +154,15 @@ def seeds_checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
                 )
         if attack == "weak_core":
             continue
-        gap = mean_gap([(ours, default) for ours, default, _, _ in pairs])
-        add("3. averaged over the seeds, at most 1% above the default", f"{name}: {gap:+.1%}", gap <= 0.01)
-        for ours, default, _, seed in pairs:
-            add(
-                "3. every run at most 2% above the default's",
-                f"{name} seed {seed}: {worse(ours, default):+.1%}",
-                worse(ours, default) <= 0.02,
-            )
+        add_gap_checks(
+            add,
+            "3. averaged over the seeds, at most 1% above the default",
+            "3. every run at most 2% above the default's",
+            name,
+            [seed for *_, seed in pairs],
+            [(ours, default) for ours, default, _, _ in pairs],
+        )
+        for ours, default, _, _ in pairs:
             if fraction == 0.4 and attack == "target_corruption":
                 tc40.setdefault(family, {}).setdefault("unit", []).append(default)
                 tc40[family].setdefault("coherence", []).append(ours)

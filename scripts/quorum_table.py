@@ -14,7 +14,7 @@ import sys
 
 from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
 from cohort_vote_table import worse
-from cohort_weight_table import cell_groups, mean_gap, only, print_rows
+from cohort_weight_table import add_gap_checks, cell_groups, only, print_rows
 from lora_matrix_table import checklist, print_checks
 
 OURS = "fedlns_default"
@@ -64,15 +64,14 @@ def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
         if missing:
             add(f"{test}: the default's run beside each", f"{name}: missing {', '.join(missing)}", False)
             continue
-        pairs = [(cells[k]["quorum"], cells[k]["default"]) for k in keys]
-        gap = mean_gap(pairs)
-        add(f"{test}, at most 1% above the default (seeds averaged)", f"{name}: {gap:+.1%}", gap <= 0.01)
-        for key, (ours, default) in zip(keys, pairs):
-            add(
-                f"{test}, every run at most 2% above the default's",
-                f"{name} seed {key[4]}: {worse(ours, default):+.1%}",
-                worse(ours, default) <= 0.02,
-            )
+        add_gap_checks(
+            add,
+            f"{test}, at most 1% above the default (seeds averaged)",
+            f"{test}, every run at most 2% above the default's",
+            name,
+            [k[4] for k in keys],
+            [(cells[k]["quorum"], cells[k]["default"]) for k in keys],
+        )
     return checks
 
 

@@ -1,0 +1,113 @@
+"""The cohort-agree study (``docs/results/cohort-agree``) as Markdown: ``FedLNS(cohort_weight="agreeing")`` beside
+``FedLNS()`` and FedAvg in each cell, and the plan's criteria, each met or missed.
+
+Reads the study's runs (``scripts/results_cohort_agree.sh``) and cohort-weight/seeds' (the default's and FedAvg's at
+seeds 400 and 500): runs folders or results folders holding their archive; a run in more than one folder is read from
+the first. Runs of ``cohort_weight="coherence"`` and of a quorum are left out.
+
+Usage: python scripts/cohort_agree_table.py STUDY [MORE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
+from cohort_vote_table import worse
+from cohort_weight_table import add_gap_checks, add_tpr_checks, cell_groups, only, print_rows
+from lora_matrix_table import checklist, print_checks
+
+OURS = "fedlns_default"
+AGAINST = ("weak_core", "agree_blend")  # part A of the plan
+
+
+def gather(sources: list[str]) -> dict:
+    """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "default" | "agreeing": run}."""
+
+    def studied(run: dict) -> bool:
+        return run["method"] != OURS or (
+            run["config"].get("cohort_weight", "unit") in ("unit", "agreeing") and not run["config"].get("quorum")
+        )
+
+    cells = gather_runs(sources, setting="cohort_weight", default="unit", keep=studied)
+    return {key: {"default" if m == "unit" else m: run for m, run in cell.items()} for key, cell in cells.items()}
+
+
+def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    checks, add = checklist()
+    tc40: dict[str, dict[str, list[dict]]] = {}
+    for group, all_keys in cell_groups(cells).items():
+        family, partition, fraction, attack = group
+        name = f"{family} {partition} {fraction:.0%} {attack}"
+        keys = [key for key in all_keys if "agreeing" in cells[key] or "default" in cells[key]]
+        missing = [f"seed {k[4]}" for k in keys if not {"agreeing", "default"} <= set(cells[k])]
+        if not keys or missing or len(keys) < 2:
+            add(
+                "every cell has both rules' runs at both seeds",
+                f"{name}: missing {', '.join(missing) or 'a seed'}",
+                False,
+            )
+            continue
+        runs = [(cells[k]["agreeing"], cells[k]["default"], cells[k].get("fedavg"), k[4]) for k in keys]
+        if attack in AGAINST:
+            for ours, _, fedavg, seed in runs:
+                add(
+                    "1. under weak_core and agree_blend, no round of attackers only",
+                    f"{name} seed {seed}: rounds {only(ours)}",
+                    not ours["attackers_only_rounds"],
+                )
+                add(
+                    "1. under weak_core and agree_blend, at most 1% above FedAvg (best and last 10)",
+                    f"{name} seed {seed}: " + ("no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"),
+                    fedavg is not None and worse(ours, fedavg) <= 0.01,
+                )
+            continue
+        for ours, default, _, seed in runs:
+            if fraction > 0:
+                add(
+                    "2. no attackers-only round where the default has none",
+                    f"{name} seed {seed}: candidate {only(ours)}, default {only(default)}",
+                    not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
+                )
+            if fraction == 0.4 and attack == "target_corruption":
+                tc40.setdefault(family, {}).setdefault("default", []).append(default)
+                tc40[family].setdefault("agreeing", []).append(ours)
+        add_gap_checks(
+            add,
+            "3. averaged over the seeds, at most 1% above the default",
+            "3. every run at most 2% above the default's",
+            name,
+            [seed for *_, seed in runs],
+            [(ours, default) for ours, default, _, _ in runs],
+        )
+    add_tpr_checks(
+        add,
+        tc40,
+        "4. at 40% target corruption, pooled TPR at most 0.02 below the default's",
+        "runs",
+        default="default",
+        candidate="agreeing",
+    )
+    return checks
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cells = gather(argv)
+    print("Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /")
+    print("FPR; the rounds that kept attackers only.\n")
+    print(
+        "| family | partition | malicious | attack | seed | FedAvg | default | agreeing | TPR / FPR default | agreeing "
+        "| attackers only: default | agreeing |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
+    print_rows(cells, "agreeing", "default", AGAINST)
+    print("\n## The plan's criteria\n")
+    print_checks(checks_of(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
