@@ -330,13 +330,14 @@ def test_the_round_vote_stays_the_default():
         FedLNS(cohort_vote="prior").validate_params()
 
 
-def test_the_unit_weight_is_the_default_and_the_setting_is_checked_and_saved(tmp_path):
+@pytest.mark.parametrize("weight", ["coherence", "agreeing"])
+def test_the_unit_weight_is_the_default_and_the_setting_is_checked_and_saved(tmp_path, weight):
     assert FedLNS().cohort_weight == "unit"
     with pytest.raises(ValueError, match="cohort_weight"):
         FedLNS(cohort_weight="within").validate_params()
-    screener = FedLNS(cohort_weight="coherence")
+    screener = FedLNS(cohort_weight=weight)
     screener.save(tmp_path / "screener.npz")
-    assert FedLNS.load(tmp_path / "screener.npz").cohort_weight == "coherence"
+    assert FedLNS.load(tmp_path / "screener.npz").cohort_weight == weight
 
 
 def test_a_cut_weighs_its_cores_coherence_under_the_coherence_weight():
@@ -509,9 +510,11 @@ def _tally(screener, federation, rounds):
     return tally, attackers_only
 
 
+@pytest.mark.parametrize("weight", ["unit", "agreeing"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_attackers_are_rejected_even_where_they_hold_the_round(seed):
-    cohort, only = _tally(FedLNS.for_federation(60, 10, random_state=seed), _LoraLikeFederation(seed=seed), 40)
+def test_attackers_are_rejected_even_where_they_hold_the_round(seed, weight):
+    screener = FedLNS.for_federation(60, 10, random_state=seed, cohort_weight=weight)
+    cohort, only = _tally(screener, _LoraLikeFederation(seed=seed), 40)
     assert cohort[1] >= 0.95 * (cohort[0] + cohort[1]) and cohort[3] <= 0.05 * (cohort[2] + cohort[3]), cohort
     assert only == 0
 
