@@ -6,8 +6,8 @@
 # RUNS_DIR first, are not made again.
 #
 # Usage: bash scripts/results_cohort_agree.sh [RUNS_DIR]   (default runs/cohort-agree)
-# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all: attacks, regression),
-# SEEDS (default "400 500").
+# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all: attacks, regression;
+# or seeds, the cells of the second plan, seeds/PLAN.md, with SEEDS="600 700"), SEEDS (default "400 500").
 set -euo pipefail
 runs="${1:-runs/cohort-agree}"
 # shellcheck source=scripts/lora_cells.sh
@@ -18,6 +18,15 @@ cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default an
 }
 
 for seed in ${SEEDS:-400 500}; do
+  if [ "$part" = seeds ]; then
+    # The second plan: A. weak_core 40% IID with FedAvg; B. majority_only GPT 40% IID with FedAvg; C. ALIE at 20%,
+    # BERT IID; D. no attackers, BERT non-IID.
+    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" weak_core fedavg; done
+    cell gpt iid 0.4 "$seed" majority_only fedavg
+    cell bert iid 0.2 "$seed" alie
+    cell bert noniid 0 "$seed" none
+    continue
+  fi
   if [ "$part" = all ] || [ "$part" = attacks ]; then
     # A. weak_core (which breaks the default) and agree_blend (written against the candidate), 40% IID, with FedAvg.
     for family in gpt llama bert; do
