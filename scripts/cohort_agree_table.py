@@ -14,8 +14,8 @@ import sys
 
 from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
 from cohort_vote_table import worse
-from cohort_weight_table import add_gap_checks, add_tpr_checks, cell_groups, only, print_rows
-from lora_matrix_table import checklist, print_checks
+from cohort_weight_table import add_gap_checks, add_tpr_checks, cell_groups, only, print_study
+from lora_matrix_table import checklist
 
 OURS = "fedlns_default"
 AGAINST = ("weak_core", "agree_blend")  # part A of the plan
@@ -96,16 +96,17 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     cells = gather(argv)
-    print("Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /")
-    print("FPR; the rounds that kept attackers only.\n")
-    print(
+    print_study(
+        "Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /\n"
+        "FPR; the rounds that kept attackers only.",
         "| family | partition | malicious | attack | seed | FedAvg | default | agreeing | TPR / FPR default | agreeing "
-        "| attackers only: default | agreeing |"
+        "| attackers only: default | agreeing |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|",
+        cells,
+        "agreeing",
+        AGAINST,
+        checks_of(cells),
     )
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
-    print_rows(cells, "agreeing", "default", AGAINST)
-    print("\n## The plan's criteria\n")
-    print_checks(checks_of(cells))
     return 0
 
 

@@ -190,6 +190,26 @@ def print_rows(cells: dict, candidate: str, default: str, against: tuple[str, ..
         )
 
 
+def print_study(
+    intro: str,
+    header: str,
+    rule: str,
+    cells: dict,
+    candidate: str,
+    against: tuple[str, ...],
+    checks,
+    extra=lambda cell: (),
+) -> None:
+    """A study's Markdown: ``intro``, the table (``header``, ``rule``, then :func:`print_rows` of ``candidate`` beside
+    ``"default"``) and the plan's ``checks``."""
+    print(intro + "\n")
+    print(header)
+    print(rule)
+    print_rows(cells, candidate, "default", against, extra)
+    print("\n## The plan's criteria\n")
+    print_checks(checks)
+
+
 def main(argv: list[str]) -> int:
     seeds = "--seeds" in argv
     argv = [a for a in argv if a != "--seeds"]

@@ -18,3 +18,25 @@ lora_sweep() {
   [ "$fraction" = 0 ] || args+=(--attacks "$attack")
   "$sim" sweep "${args[@]}" "$@"
 }
+
+# seed_cells SEED [ATTACK...]: cohort-weight/seeds' cells at one seed through the sourcing script's cell(), PART
+# choosing attacks, regression or both; each ATTACK runs beside weak_core (40% IID, with FedAvg) on every family.
+seed_cells() {
+  local seed="$1" family attack
+  shift
+  if [ "$part" = all ] || [ "$part" = attacks ]; then
+    # A. weak_core (and the ATTACKs) 40% IID with FedAvg; B. majority_only, GPT 40% IID; D. target corruption 40% IID.
+    for family in gpt llama bert; do
+      for attack in weak_core "$@"; do cell "$family" iid 0.4 "$seed" "$attack" fedavg; done
+    done
+    cell gpt iid 0.4 "$seed" majority_only fedavg
+    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" target_corruption; done
+  fi
+  if [ "$part" = all ] || [ "$part" = regression ]; then
+    # C. No attackers, non-IID (BERT with clean FedAvg); E. ALIE at 20%: BERT IID, LLaMA non-IID.
+    cell bert noniid 0 "$seed" none fedavg
+    cell gpt noniid 0 "$seed" none
+    cell bert iid 0.2 "$seed" alie
+    cell llama noniid 0.2 "$seed" alie
+  fi
+}

@@ -14,8 +14,8 @@ import sys
 
 from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
 from cohort_vote_table import worse
-from cohort_weight_table import add_gap_checks, cell_groups, only, print_rows
-from lora_matrix_table import checklist, print_checks
+from cohort_weight_table import add_gap_checks, cell_groups, only, print_study
+from lora_matrix_table import checklist
 
 OURS = "fedlns_default"
 AGAINST = ("weak_core",)
@@ -80,16 +80,18 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     cells = gather(argv)
-    print("Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /")
-    print("FPR (held clients count as rejected); the rounds that kept attackers only; the rounds the quorum held.\n")
-    print(
+    print_study(
+        "Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /\n"
+        "FPR (held clients count as rejected); the rounds that kept attackers only; the rounds the quorum held.",
         "| family | partition | malicious | attack | seed | FedAvg | default | quorum | TPR / FPR default | quorum "
-        "| attackers only: default | quorum | held |"
+        "| attackers only: default | quorum | held |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|",
+        cells,
+        "quorum",
+        AGAINST,
+        checks_of(cells),
+        lambda cell: [held(cell["quorum"])],
     )
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|")
-    print_rows(cells, "quorum", "default", AGAINST, lambda cell: [held(cell["quorum"])])
-    print("\n## The plan's criteria\n")
-    print_checks(checks_of(cells))
     return 0
 
 

@@ -27,21 +27,5 @@ for seed in ${SEEDS:-400 500}; do
     cell bert noniid 0 "$seed" none
     continue
   fi
-  if [ "$part" = all ] || [ "$part" = attacks ]; then
-    # A. weak_core (which breaks the default) and agree_blend (written against the candidate), 40% IID, with FedAvg.
-    for family in gpt llama bert; do
-      cell "$family" iid 0.4 "$seed" weak_core fedavg
-      cell "$family" iid 0.4 "$seed" agree_blend fedavg
-    done
-    # B. majority_only, GPT 40% IID; D. 40% target corruption, IID.
-    cell gpt iid 0.4 "$seed" majority_only fedavg
-    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" target_corruption; done
-  fi
-  if [ "$part" = all ] || [ "$part" = regression ]; then
-    # C. No attackers, non-IID (BERT with clean FedAvg); E. ALIE at 20%: BERT IID, LLaMA non-IID.
-    cell bert noniid 0 "$seed" none fedavg
-    cell gpt noniid 0 "$seed" none
-    cell bert iid 0.2 "$seed" alie
-    cell llama noniid 0.2 "$seed" alie
-  fi
+  seed_cells "$seed" agree_blend  # the first plan: cohort-weight/seeds' cells, and agree_blend beside weak_core
 done

@@ -15,19 +15,4 @@ cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default an
   lora_sweep "${@:1:5}" --methods fedlns_default --set cohort_weight=coherence
 }
 
-for seed in ${SEEDS:-400 500}; do
-  if [ "$part" = all ] || [ "$part" = attacks ]; then
-    # A. weak_core (written against the cohort graph), 40% IID, with FedAvg; B. majority_only, GPT 40% IID.
-    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" weak_core fedavg; done
-    cell gpt iid 0.4 "$seed" majority_only fedavg
-    # D. 40% target corruption, IID.
-    for family in gpt llama bert; do cell "$family" iid 0.4 "$seed" target_corruption; done
-  fi
-  if [ "$part" = all ] || [ "$part" = regression ]; then
-    # C. No attackers, non-IID (BERT with clean FedAvg); E. ALIE at 20%: BERT IID, LLaMA non-IID.
-    cell bert noniid 0 "$seed" none fedavg
-    cell gpt noniid 0 "$seed" none
-    cell bert iid 0.2 "$seed" alie
-    cell llama noniid 0.2 "$seed" alie
-  fi
-done
+for seed in ${SEEDS:-400 500}; do seed_cells "$seed"; done

@@ -361,26 +361,19 @@ def test_a_cut_weighs_its_cores_coherence_under_the_coherence_weight():
     assert np.allclose(staged["coherence"], within * staged["unit"], atol=1e-6)
 
 
-def _false_cut_federation(weight, seed, rounds=80, population=50, n_bad=10):
-    """Rounds of 10 from a population whose honest updates agree weakly: a round with two or more attackers is cut
-    between them (cosine 0.9 within) and the rest; any other round is cut falsely, two or three honest clients
-    (cosine 0.15 within) against the rest, as the tree cuts BERT's honest LoRA updates. Returns the honest
-    clients rejected, the honest clients seen, the attackers rejected and seen, and the attackers-only rounds."""
+def _federation(weight, seed, sketches, rounds=80, population=50, n_bad=10, dimension=10_000):
+    """Rounds of 10 clients drawn from ``population`` (ids below ``n_bad`` attack), their sketches from
+    ``sketches(rng, ids)``, decided by the cohort rule from round 10 on. Returns the honest clients rejected, the
+    honest clients seen, the attackers rejected and seen, and the rounds that kept attackers only."""
     from fedlns_core._cohort import cohort_rule
 
     rng, graph = np.random.default_rng(seed), CohortGraph()
     tally, only = [0, 0, 0, 0], 0
     for t in range(rounds):
         ids = [int(c) for c in rng.choice(population, 10, replace=False)]
-        bad = [c for c in ids if c < n_bad]
-        if len(bad) >= 2:
-            apart, cosine = bad, 0.9
-        else:
-            apart, cosine = [c for c in ids if c >= n_bad][: int(rng.integers(2, 4))], 0.15
-        rows = _round_sketches(apart, [c for c in ids if c not in apart], cosine)
         outcome = cohort_rule(
-            np.ones(10), np.stack([rows[c] for c in ids]), ids, graph, np.arange(10.0), np.ones(10), recent=10,
-            separation=0.5, loud_separation=6.0, decay=0.9, weight=weight, dimension=10_000, decide=t >= 10,
+            np.ones(10), sketches(rng, ids), ids, graph, np.arange(10.0), np.ones(10), recent=10, separation=0.5,
+            loud_separation=6.0, decay=0.9, weight=weight, dimension=dimension, decide=t >= 10,
         )
         graph = outcome.graph.restricted(sorted(set(graph.ids) | set(ids)))
         if t < 10:
@@ -389,9 +382,26 @@ def _false_cut_federation(weight, seed, rounds=80, population=50, n_bad=10):
         tally[0] += sum(c >= n_bad and c not in kept for c in ids)
         tally[1] += sum(c >= n_bad for c in ids)
         tally[2] += sum(c < n_bad and c not in kept for c in ids)
-        tally[3] += len(bad)
+        tally[3] += sum(c < n_bad for c in ids)
         only += bool(kept) and all(c < n_bad for c in kept)
     return tally, only
+
+
+def _false_cut_federation(weight, seed, n_bad=10):
+    """A population whose honest updates agree weakly: a round with two or more attackers is cut between them
+    (cosine 0.9 within) and the rest; any other round is cut falsely, two or three honest clients (cosine 0.15
+    within) against the rest, as the tree cuts BERT's honest LoRA updates (:func:`_federation`'s tallies)."""
+
+    def sketches(rng, ids):
+        bad = [c for c in ids if c < n_bad]
+        if len(bad) >= 2:
+            apart, cosine = bad, 0.9
+        else:
+            apart, cosine = [c for c in ids if c >= n_bad][: int(rng.integers(2, 4))], 0.15
+        rows = _round_sketches(apart, [c for c in ids if c not in apart], cosine)
+        return np.stack([rows[c] for c in ids])
+
+    return _federation(weight, seed, sketches, n_bad=n_bad)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -426,34 +436,17 @@ def test_the_agreeing_weight_trusts_a_strong_cut_whole_and_a_weak_one_pair_by_pa
         edge_strength(RoundParts(first, 0.1, 0.0, True), "agreeing")
 
 
-def _weak_core_federation(weight, seed, rounds=60, population=50, n_bad=20, dim=50):
-    """Rounds of 10 from a population with 40% attackers, everyone agreeing only weakly (mean cosine 0.12 within
-    each kind, -0.3 between the kinds' directions) and the cosines noisy (50 dimensions), so the tree cuts weakly
-    and often a few honest clients against the rest: ``weak_core`` in miniature. Returns the honest clients rejected
-    and seen, the attackers rejected and seen, and the rounds that kept attackers only."""
-    from fedlns_core._cohort import cohort_rule
-
-    rng, graph = np.random.default_rng(seed), CohortGraph()
+def _weak_core_federation(weight, seed, n_bad=20, dim=50):
+    """A population with 40% attackers, everyone agreeing only weakly (mean cosine 0.12 within each kind, -0.3
+    between the kinds' directions) and the cosines noisy (50 dimensions), so the tree cuts weakly and often a few
+    honest clients against the rest: ``weak_core`` in miniature (:func:`_federation`'s tallies, 60 rounds)."""
     honest, poison = np.eye(dim)[0], -0.3 * np.eye(dim)[0] + np.sqrt(1 - 0.09) * np.eye(dim)[1]
-    tally, only = [0, 0, 0, 0], 0
-    for t in range(rounds):
-        ids = [int(c) for c in rng.choice(population, 10, replace=False)]
+
+    def sketches(rng, ids):
         noise = _unit(rng.standard_normal((10, dim)))
-        rows = np.stack([np.sqrt(0.12) * (poison if c < n_bad else honest) for c in ids]) + np.sqrt(0.88) * noise
-        outcome = cohort_rule(
-            np.ones(10), rows, ids, graph, np.arange(10.0), np.ones(10), recent=10, separation=0.5,
-            loud_separation=6.0, decay=0.9, weight=weight, decide=t >= 10,
-        )
-        graph = outcome.graph.restricted(sorted(set(graph.ids) | set(ids)))
-        if t < 10:
-            continue
-        kept = {c for c, k in zip(ids, outcome.retained) if k}
-        tally[0] += sum(c >= n_bad and c not in kept for c in ids)
-        tally[1] += sum(c >= n_bad for c in ids)
-        tally[2] += sum(c < n_bad and c not in kept for c in ids)
-        tally[3] += sum(c < n_bad for c in ids)
-        only += bool(kept) and all(c < n_bad for c in kept)
-    return tally, only
+        return np.stack([np.sqrt(0.12) * (poison if c < n_bad else honest) for c in ids]) + np.sqrt(0.88) * noise
+
+    return _federation(weight, seed, sketches, rounds=60, n_bad=n_bad, dimension=None)
 
 
 def test_the_agreeing_weight_keeps_the_honest_ids_together_under_weak_cuts():

@@ -483,22 +483,27 @@ def test_side_join_sides_with_the_larger_honest_part_of_a_split_round_until_it_w
     assert attack.craft(global_params, clients, malicious, (), rng) is clients
 
 
+def _rows(params, ids):
+    return np.stack([params[c]["w"].astype(np.float64) for c in ids])
+
+
+def _weak_round(attack):
+    """Six honest clients sharing a direction and four attackers (6-9) sharing a poison: what ``attack`` sends.
+    Returns the rng, the global model, the clients' models, the poison, the honest updates and the attackers' sent
+    updates (checking that the honest clients' models are passed through)."""
+    rng, global_params, clients, poison = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
+    sent = make_attack(attack, TOKENIZER, _config()).craft(global_params, clients, [6, 7, 8, 9], (),
+                                                           np.random.default_rng(0))
+    assert all(sent[c] is clients[c] for c in range(6))
+    return rng, global_params, clients, poison, _rows(clients, range(6)), _rows(sent, [6, 7, 8, 9])
+
+
 def test_weak_core_agrees_within_no_more_than_the_honest_clients_and_keeps_the_poison_direction():
     from fedlns_core._support import _unit
     from fedlns_sim.attacks import _mean_cosine
 
-    rng, global_params, clients, poison = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
-    malicious = [6, 7, 8, 9]
-
-    def rows(params, ids):
-        return np.stack([params[c]["w"].astype(np.float64) for c in ids])
-
-    honest = rows(clients, range(6))
-    assert _mean_cosine(_unit(rows(clients, malicious))) > 0.95  # the plain poison agrees almost perfectly
-    sent = make_attack("weak_core", TOKENIZER, _config()).craft(global_params, clients, malicious, (),
-                                                                np.random.default_rng(0))
-    crafted = rows(sent, malicious)
-    assert all(sent[c] is clients[c] for c in range(6))
+    rng, global_params, clients, poison, honest, crafted = _weak_round("weak_core")
+    assert _mean_cosine(_unit(_rows(clients, [6, 7, 8, 9]))) > 0.95  # the plain poison agrees almost perfectly
     within, target = _mean_cosine(_unit(crafted)), _mean_cosine(_unit(honest))
     assert within <= target + 1e-3 and within > target - 0.05  # the least noise that gets down to the honest level
     assert np.allclose(np.linalg.norm(crafted, axis=1), np.median(np.linalg.norm(honest, axis=1)), rtol=1e-5)
@@ -512,17 +517,7 @@ def test_agree_blend_leans_towards_the_honest_mean_just_enough_to_sit_above_the_
     from fedlns_core._support import _unit
     from fedlns_sim.attacks import AgreeBlend
 
-    rng, global_params, clients, poison = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
-    malicious = [6, 7, 8, 9]
-
-    def rows(params, ids):
-        return np.stack([params[c]["w"].astype(np.float64) for c in ids])
-
-    honest = rows(clients, range(6))
-    sent = make_attack("agree_blend", TOKENIZER, _config()).craft(global_params, clients, malicious, (),
-                                                                  np.random.default_rng(0))
-    assert all(sent[c] is clients[c] for c in range(6))
-    crafted = rows(sent, malicious)
+    _, _, clients, poison, honest, crafted = _weak_round("agree_blend")
     assert np.allclose(np.linalg.norm(crafted, axis=1), np.median(np.linalg.norm(honest, axis=1)), rtol=1e-5)
 
     def above_median(units):
@@ -533,7 +528,7 @@ def test_agree_blend_leans_towards_the_honest_mean_just_enough_to_sit_above_the_
 
     assert above_median(_unit(crafted))
     # the least lean that gets there: weak_core's rows (same noise) leaned one step less do not
-    weak = AgreeBlend.weak(honest, rows(clients, malicious), np.random.default_rng(0))
+    weak = AgreeBlend.weak(honest, _rows(clients, [6, 7, 8, 9]), np.random.default_rng(0))
     towards = _unit(honest.mean(axis=0)[None])[0]
 
     def leaned(lam):
