@@ -435,6 +435,11 @@ class CohortOutcome:
     to_support: bool = False  # undecided="support" and the round split with no cohort holding most of the bank's ids
 
 
+def pair_median(cosines: np.ndarray) -> float:
+    """The median of a round's pair cosines (the off-diagonal entries of its (N, N) cosine matrix)."""
+    return float(np.median(cosines[~np.eye(len(cosines), dtype=bool)]))
+
+
 def edge_strength(cut: RoundParts, weight: str, cosines: np.ndarray | None = None) -> float | np.ndarray:
     """What a split round's edges weigh in the cohort graph: 1 (``weight="unit"``), or the cut's core mean cosine
     within clipped to [0, 1] (``"coherence"``), or (``"agreeing"``) 1 for a strong cut (core mean cosine within at
@@ -469,10 +474,9 @@ def edge_strength(cut: RoundParts, weight: str, cosines: np.ndarray | None = Non
             return 1.0
         if cosines is None:
             raise ValueError("the agreeing weight reads the round's cosines")
-        pairs = ~np.eye(len(cosines), dtype=bool)
-        centered = cosines - np.median(cosines[pairs])
+        centered = cosines - pair_median(cosines)
         same = cut.first[:, None] == cut.first[None, :]
-        return (np.where(same, centered > 0, centered < 0) & pairs).astype(float)
+        return (np.where(same, centered > 0, centered < 0) & ~np.eye(len(cosines), dtype=bool)).astype(float)
     raise ValueError(f"weight must be 'unit', 'coherence' or 'agreeing', got {weight!r}")
 
 

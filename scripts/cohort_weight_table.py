@@ -36,7 +36,14 @@ def add_tpr_checks(add, tc40: dict, test: str, unit: str, default: str = "unit",
         add(test, f"{family} ({len(runs[default])} {unit}): {after:.3f} against {before:.3f}", after >= before - 0.02)
 
 
-def add_gap_checks(add, averaged: str, each: str, name: str, seeds: list, pairs: list[tuple[dict, dict]]) -> None:
+def add_gap_checks(
+    add,
+    name: str,
+    seeds: list,
+    pairs: list[tuple[dict, dict]],
+    averaged: str = "3. averaged over the seeds, at most 1% above the default",
+    each: str = "3. every run at most 2% above the default's",
+) -> None:
     """The candidate's runs against the default's (``pairs``) in one cell: averaged over the seeds at most 1% above
     (``averaged``), and every run at most 2% above (``each``)."""
     gap = mean_gap(pairs)
@@ -154,14 +161,7 @@ def seeds_checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
                 )
         if attack == "weak_core":
             continue
-        add_gap_checks(
-            add,
-            "3. averaged over the seeds, at most 1% above the default",
-            "3. every run at most 2% above the default's",
-            name,
-            [seed for *_, seed in pairs],
-            [(ours, default) for ours, default, _, _ in pairs],
-        )
+        add_gap_checks(add, name, [seed for *_, seed in pairs], [(ours, default) for ours, default, _, _ in pairs])
         for ours, default, _, _ in pairs:
             if fraction == 0.4 and attack == "target_corruption":
                 tc40.setdefault(family, {}).setdefault("unit", []).append(default)

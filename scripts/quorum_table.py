@@ -66,11 +66,11 @@ def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             continue
         add_gap_checks(
             add,
-            f"{test}, at most 1% above the default (seeds averaged)",
-            f"{test}, every run at most 2% above the default's",
             name,
             [k[4] for k in keys],
             [(cells[k]["quorum"], cells[k]["default"]) for k in keys],
+            averaged=f"{test}, at most 1% above the default (seeds averaged)",
+            each=f"{test}, every run at most 2% above the default's",
         )
     return checks
 

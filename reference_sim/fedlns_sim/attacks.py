@@ -874,6 +874,7 @@ class AgreeBlend(WeakCore):
     LEANS = tuple(k / 10 for k in range(10))
 
     def lean(self, crafted: np.ndarray, honest: np.ndarray) -> np.ndarray:
+        from fedlns_core._cohort import pair_median
         from fedlns_core._support import _unit
 
         own, towards = _unit(crafted), _unit(honest.mean(axis=0)[None])[0]
@@ -881,9 +882,7 @@ class AgreeBlend(WeakCore):
         for lam in self.LEANS:
             sent = _unit((1.0 - lam) * own + lam * towards)
             units = np.concatenate([honest_units, sent])
-            cosines = units @ units.T
-            median = np.median(cosines[~np.eye(len(units), dtype=bool)])
-            if np.all(np.median(sent @ honest_units.T, axis=1) > median):
+            if np.all(np.median(sent @ honest_units.T, axis=1) > pair_median(units @ units.T)):
                 break
         return super().lean(sent, honest)
 
