@@ -435,6 +435,23 @@ class CohortOutcome:
     to_support: bool = False  # undecided="support" and the round split with no cohort holding most of the bank's ids
 
 
+def contested(cut: RoundParts, n: int) -> bool:
+    """``cohort_undecided="hold_contested"``: whether a split round's coherent part could win it on its own, its
+    core agreeing at least ``STRONG_CUT`` (mean cosine within) and holding at least half of the round's ``n``
+    clients.
+
+    Such a round, while no cohort of the history holds more than half of the bank's ids, is what an attacker makes
+    that is apart only in the rounds it holds (``majority_only``): the support rule would keep its part, the
+    coherent one. Honest clients that the tree cuts into a part agree weakly (cores of 0.10-0.15 in the LoRA
+    scenario, ``docs/results/cohort-vote``), so a clean round of one population is rarely contested.
+
+    >>> cut = RoundParts(np.array([True] * 5 + [False] * 5), within=0.7, across=-0.1, apart=True)
+    >>> contested(cut, 10), contested(RoundParts(cut.first, 0.3, -0.1, True), 10)
+    (True, False)
+    """
+    return cut.within >= STRONG_CUT and 2 * int(cut.first.sum()) >= n
+
+
 def pair_median(cosines: np.ndarray) -> float:
     """The median of a round's pair cosines (the off-diagonal entries of its (N, N) cosine matrix)."""
     return float(np.median(cosines[~np.eye(len(cosines), dtype=bool)]))
@@ -557,6 +574,7 @@ def cohort_rule(
     reasons = [""] * n
     kept = np.ones(n, dtype=bool)
     open_round = False
+    held = ""
     if cut is not None and decide:
         side = graph.sides()
         if vote == "history" or (vote == "strong" and cut.within < STRONG_CUT):
@@ -572,12 +590,23 @@ def cohort_rule(
         rejected_part: np.ndarray | None = None
         why = ""
         if undecided == "hold" and open_round:
+            held = "no cohort of the history holds more than half of the bank's ids to tell which is honest"
+        elif undecided == "hold_contested" and open_round and contested(cut, n):
+            held = (
+                f"its coherent part ({int(cut.first.sum())} of {n}) holds at least half of it and no cohort of the "
+                "history holds more than half of the bank's ids to tell which is honest"
+            )
+        elif undecided == "hold_contested" and max(votes) < 0:
+            held = (
+                "the history places both parts outside the population's majority cohort "
+                f"(votes {votes[0]:+d} and {votes[1]:+d})"
+            )
+        if held:
             kept = np.zeros(n, dtype=bool)
             for i in range(n):
                 reasons[i] = (
                     f"held: the round falls into parts apart (mean cosine {cut.across:.3g} across, "
-                    f"{cut.within:.3g} within) and no cohort of the history holds more than half of the bank's "
-                    "ids to tell which is honest"
+                    f"{cut.within:.3g} within) and {held}"
                 )
         elif undecided == "deviation" and open_round:
             told = deviation_part(scores, cut.first, recent_scores)
@@ -621,6 +650,5 @@ def cohort_rule(
     if decide:
         loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    return CohortOutcome(
-        retained, tuple(reasons), support, graph, loud_threshold, open_round and undecided == "support"
-    )
+    to_support = open_round and undecided in ("support", "hold_contested") and not held
+    return CohortOutcome(retained, tuple(reasons), support, graph, loud_threshold, to_support)

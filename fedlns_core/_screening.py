@@ -368,7 +368,7 @@ class FedLNS:
     cohort_decay : float in (0, 1], default=0.9
         ``"cohort"`` only: the factor the cohort graph's evidence is multiplied by each round (0.9: a round's
         edges weigh half after about 7 rounds), so a client's standing follows what it sends now.
-    cohort_undecided : {"support", "keep", "hold", "deviation"}, default="support"
+    cohort_undecided : {"support", "keep", "hold", "deviation", "hold_contested"}, default="support"
         ``"cohort"`` only: a round that falls into parts apart while no cohort of the history holds more than
         half of the bank's ids is decided by the ``"support"`` rule (the recent bank's groups of sketches;
         ``max_groups`` applies), kept whole (``"keep"``), not aggregated at all (``"hold"``), or decided by the
@@ -377,7 +377,10 @@ class FedLNS:
         further by ratio from the recent bank's median score, else everyone is kept; in a round the attackers
         held it rejected the honest part, ``docs/results/gpu-paper``). Attackers apart only in the rounds they
         hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds the honest clients of
-        those rounds and of split clean non-IID rounds (``docs/results/cohort``).
+        those rounds and of split clean non-IID rounds (``docs/results/cohort``). ``"hold_contested"``, a
+        candidate (``docs/results/contested``): as ``"support"``, but holds such a round when its coherent part
+        agrees at least ``STRONG_CUT`` and holds at least half of it (``fedlns_core._cohort.contested``), and
+        also a decided round whose two parts both vote negative.
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="confirmed"
         ``"cohort"`` only: which cuts of a round count. ``"tree"``: every group the average-linkage tree finds
         that is coherent and apart (``separation``). ``"significant"``: only a cut wider than the cut the tree

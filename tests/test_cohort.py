@@ -570,9 +570,11 @@ def test_rounds_too_small_to_cut_get_the_support_rule_from_for_federation():
     assert FedLNS.for_federation(100, 8).retain_rule == "cohort"
 
 
-def _undecided_rounds(seed):
-    """Two clean rounds of 10 new ids each (no split: nobody placed), then a round the attackers hold (ids 0-5):
-    it splits, and 10 of the bank's 30 ids are placed, too few for a cohort to hold most of the bank."""
+def _undecided_rounds(seed, n_attack=6, strength=1.0):
+    """Two clean rounds of 10 new ids each (no split: nobody placed), then a round the attackers hold (ids 0-5;
+    ``n_attack`` of them): it splits, and 10 of the bank's 30 ids are placed, too few for a cohort to hold most of
+    the bank. Updates are a direction plus unit noise: honest clients agree at cosine 0.5, the attackers at
+    ``strength**2 / (strength**2 + 1)``."""
     rng = np.random.default_rng(seed)
     honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
 
@@ -583,7 +585,7 @@ def _undecided_rounds(seed):
         }
 
     rounds = [{i: client(honest) for i in range(start, start + 10)} for start in (10, 20)]
-    rounds.append({i: client(attack if i < 6 else honest) for i in range(10)})
+    rounds.append({i: client(strength * attack if i < n_attack else honest) for i in range(10)})
     return {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}, rounds
 
 
@@ -600,6 +602,50 @@ def test_hold_aggregates_nobody_in_a_split_round_the_history_cannot_decide():
             assert set(result.retained) == set(rounds[2])
         else:
             assert not result.retained and all(r.startswith("screened: held") for r in result.rejected.values())
+
+
+@pytest.mark.parametrize("n_attack, strength, held", [(6, 2.0, True), (4, 2.0, False), (6, 0.5, False)])
+def test_hold_contested_holds_an_open_round_only_where_a_strong_part_holds_it(n_attack, strength, held):
+    """``cohort_undecided="hold_contested"``: an open round (no cohort holds most of the bank) whose coherent part
+    agrees strongly (cosine 0.8) and holds at least half of it is held (``majority_only``'s rounds); one where that
+    part is a minority of the round, or agrees weakly (attackers at 0.2: the honest part, 4 of 10, is then the
+    coherent one), is decided by the support rule, as under the default."""
+    global_params, rounds = _undecided_rounds(6, n_attack, strength)
+    results = {}
+    for undecided in ("support", "hold_contested"):
+        screener = FedLNS(activation_threshold=20, random_state=0, cohort_undecided=undecided)
+        for clients in rounds:
+            results[undecided] = screener.screen(global_params, clients, {i: 10 for i in clients})
+        assert set(screener._cohort.sides().values()) == {0}  # open: nobody placed
+    contested = results["hold_contested"]
+    assert contested.active and results["support"].active
+    if held:
+        assert not contested.retained and results["support"].retained
+        assert all("coherent part (6 of 10) holds at least half" in r for r in contested.rejected.values())
+    else:
+        assert contested.rejected == results["support"].rejected
+
+
+def test_hold_contested_holds_a_round_whose_parts_both_vote_negative():
+    """8 attackers of 10 in a round whose tree cuts two of them from the rest: the two parts vote -2 and -4. The
+    default rejects the lower part and keeps two attackers only; ``"hold_contested"`` holds the round."""
+    from fedlns_core._cohort import cohort_rule
+
+    honest = np.arange(20) < 12  # ids 0-11 honest (the majority of 20), 12-19 attackers
+    history = CohortGraph(range(20), np.where(honest[:, None] == honest[None, :], 1.0, -1.0) * (1 - np.eye(20)))
+    rows = _round_sketches([12, 13], [14, 15, 16, 17, 18, 19, 0, 1], 0.9)
+    ids = list(rows)
+
+    def outcome(undecided):
+        return cohort_rule(
+            np.ones(10), np.stack([rows[c] for c in ids]), ids, history, np.arange(20.0), np.ones(20), recent=20,
+            separation=0.5, loud_separation=6.0, decay=0.9, dimension=10_000, undecided=undecided,
+        )
+
+    default, contested = outcome("support"), outcome("hold_contested")
+    assert [c for c, kept in zip(ids, default.retained) if kept] == [12, 13]
+    assert not contested.retained.any()
+    assert all("both parts outside the population's majority cohort (votes -2 and -4)" in r for r in contested.reasons)
 
 
 def _open_round(seed, n_attack, norm_scale):

@@ -263,6 +263,25 @@ def test_majority_only_poisons_only_the_rounds_its_attackers_hold():
             assert sent[c]["w"][0] == expected["w"][0], (held, malicious, c)
 
 
+def test_majority_weak_sends_weak_core_updates_in_the_rounds_it_holds_and_clean_ones_elsewhere():
+    _, global_params, clients, _ = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
+    malicious = [6, 7, 8, 9]
+    clean = {c: {"w": clients[c - 6]["w"] + 1.0} for c in malicious}  # what each attacker trained honestly
+    for held, members in ((True, range(2, 10)), (False, range(10))):  # 4 of 8: held; 4 of 10: not
+        attack = make_attack("majority_weak", TOKENIZER, _config())
+        assert attack.trainings == ("clean", "poisoned")
+        for c in malicious:
+            attack.local_result({"clean": (clean[c], 5, 0.1), "poisoned": (clients[c], 5, 0.2)}, global_params, NORMS)
+        round_clients = {c: clients[c] for c in members}
+        sent = attack.craft(global_params, round_clients, malicious, (), np.random.default_rng(0))
+        weak = make_attack("weak_core", TOKENIZER, _config()).craft(
+            global_params, round_clients, malicious, (), np.random.default_rng(0)
+        )
+        for c in malicious:
+            assert np.array_equal(sent[c]["w"], weak[c]["w"] if held else clean[c]["w"]), (held, c)
+        assert held or not np.array_equal(weak[6]["w"], clean[6]["w"])
+
+
 def test_sleeper_sends_clean_models_through_the_first_half_of_the_run_then_poisoned_ones():
     attack = make_attack("sleeper", TOKENIZER, _config(rounds=40))
     assert attack.trainings == ("clean", "poisoned") and attack.wake == 21

@@ -136,8 +136,9 @@ def test_cohort_replay_gives_each_clients_sides_and_the_default_vote_reads_them_
 
 
 def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch):
-    """``cohort:keep`` keeps a round no cohort can decide whole; ``hold`` and ``deviation`` reject more there and
-    nothing less anywhere (the cohort graph learns from the cuts alone, so the rounds' histories are the same)."""
+    """``cohort:keep`` keeps a round no cohort can decide whole; ``hold``, ``deviation`` and ``hold_contested``
+    reject more there and nothing less anywhere (the cohort graph learns from the cuts alone, so the rounds'
+    histories are the same)."""
     import fedlns_sim.replay as replay_module
 
     settings = []
@@ -150,15 +151,20 @@ def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch)
     monkeypatch.setattr(replay_module, "cohort_rule", spy)
     keep = replay(recorded_cohort, "cohort:keep")
     assert set(settings) == {"keep"}
-    for other in ("cohort:hold", "cohort:deviation"):
+    for other in ("cohort:hold", "cohort:deviation", "cohort:hold_contested"):
         settings.clear()
         decisions = replay(recorded_cohort, other)
         assert set(settings) == {other.split(":")[1]}
         assert [d["round"] for d in decisions] == [d["round"] for d in keep]
         for mine, kept_whole in zip(decisions, keep):
             assert set(mine["kept"]) <= set(kept_whole["kept"])
-    with pytest.raises(ValueError, match="cohort:C takes one of"):
+    settings.clear()
+    replay(recorded_cohort, "cohort:agreeing+hold")  # settings joined by +
+    assert set(settings) == {"hold"}
+    with pytest.raises(ValueError, match="cohort:C takes one or more"):
         replay(recorded_cohort, "cohort:sometimes")
+    with pytest.raises(ValueError, match="cohort:C takes one or more"):
+        replay(recorded_cohort, "cohort:hold+sometimes")
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):

@@ -65,6 +65,10 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      which each attacker's median cosine to the honest clients is above the round's median pair
                      cosine: against ``cohort_weight="agreeing"``, where a weak cut joins two clients of one part
                      only when their own cosine is above that median.
+  ``majority_weak``  ``majority_only`` whose rounds are ``weak_core``'s: honest where the attackers are fewer than
+                     half of the round, where they hold it the attackers agree no more than the honest clients:
+                     against ``cohort_undecided="hold_contested"``, which holds only a round whose coherent part
+                     agrees strongly.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -689,8 +693,12 @@ class MajorityOnly(TargetCorruption):
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
         clean, self._clean = self._clean, []
         if 2 * len(malicious) >= len(client_params):
-            return client_params
+            return self.poison(global_params, client_params, malicious, norm_keys, rng)
         return {**client_params, **dict(zip(malicious, clean))}
+
+    def poison(self, global_params, client_params, malicious, norm_keys, rng):
+        """What a round the attackers hold is sent: the corrupted models as trained."""
+        return client_params
 
 
 class Sleeper(TargetCorruption):
@@ -887,6 +895,19 @@ class AgreeBlend(WeakCore):
         return super().lean(sent, honest)
 
 
+class MajorityWeak(MajorityOnly, WeakCore):
+    """``majority_only`` whose rounds are crafted as ``weak_core``'s: honest where the attackers are fewer than half
+    of the round; where they hold it, the attackers' mean corrupted update plus the least noise at which they agree
+    no more than the round's honest clients. White-box against ``FedLNS(cohort_undecided="hold_contested")``, which
+    holds a round the history cannot decide when its coherent part agrees at least ``STRONG_CUT`` and holds half
+    of it: a core that agrees weakly is not contested, so the round goes to the support rule."""
+
+    name = "majority_weak"
+
+    def poison(self, global_params, client_params, malicious, norm_keys, rng):
+        return WeakCore.craft(self, global_params, client_params, malicious, norm_keys, rng)
+
+
 def _mean_cosine(units: np.ndarray) -> float:
     """Mean cosine between distinct rows of unit vectors."""
     n = len(units)
@@ -948,6 +969,7 @@ ATTACKS = {
         SideJoin,
         WeakCore,
         AgreeBlend,
+        MajorityWeak,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

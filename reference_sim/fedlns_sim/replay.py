@@ -24,8 +24,9 @@ run's own: a check, it must reproduce the recorded decisions):
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
 ``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant``, ``confirmed`` or ``centered``),
                    ``cohort_vote=C`` (``round``, ``history`` or ``strong``), ``cohort_undecided=C`` (``keep``,
-                   ``hold`` or ``deviation``; ``support`` is the run's fallback below) or ``cohort_weight=C``
-                   (``unit`` or ``coherence``) instead of the run's own
+                   ``hold``, ``deviation`` or ``hold_contested``; ``support`` is the run's fallback below) or
+                   ``cohort_weight=C`` (``unit``, ``coherence`` or ``agreeing``) instead of the run's own; several
+                   joined by ``+`` (``cohort:agreeing+hold_contested``)
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -165,9 +166,10 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     name, _, argument = variant.partition(":")
     cuts, votes, undecided = options("cohort_cut"), options("cohort_vote"), options("cohort_undecided")
     weights = options("cohort_weight")
-    if name == "cohort" and argument not in ("", *cuts, *votes, *undecided, *weights):
+    chosen = argument.split("+") if name == "cohort" and argument else []
+    if any(a not in (*cuts, *votes, *undecided, *weights) for a in chosen):
         known = ", ".join(cuts + votes + undecided + weights)
-        raise ValueError(f"unknown variant {variant!r}: cohort:C takes one of {known}")
+        raise ValueError(f"unknown variant {variant!r}: cohort:C takes one or more (joined by +) of {known}")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(_run_config(run_dir)))
@@ -211,10 +213,10 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 separation=screener.separation,
                 loud_separation=screener.loud_separation,
                 decay=screener.cohort_decay,
-                undecided=argument if argument in undecided else screener.cohort_undecided,
-                cohort_cut=argument if argument in cuts else screener.cohort_cut,
-                vote=argument if argument in votes else screener.cohort_vote,
-                weight=argument if argument in weights else screener.cohort_weight,
+                undecided=_pick(chosen, undecided, screener.cohort_undecided),
+                cohort_cut=_pick(chosen, cuts, screener.cohort_cut),
+                vote=_pick(chosen, votes, screener.cohort_vote),
+                weight=_pick(chosen, weights, screener.cohort_weight),
                 decide=bool(record.get("active")),
             )
             graph, staged = outcome.graph.restricted(list(bank)), outcome.graph  # staged: what the vote read
@@ -261,6 +263,11 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
             }
         decisions.append(decision)
     return decisions
+
+
+def _pick(chosen: list[str], allowed: tuple[str, ...], default: str) -> str:
+    """The last of a variant's ``chosen`` settings that is one of ``allowed``, else ``default``."""
+    return next((c for c in reversed(chosen) if c in allowed), default)
 
 
 def _round_first(outcome, sketches, window_sketches, window_stamps, stamp, threshold):
