@@ -528,13 +528,15 @@ def cohort_rule(
         Whose rows they are.
     graph : CohortGraph
         The graph before this round.
-    undecided : {"keep", "hold", "deviation", "support"}
+    undecided : {"keep", "hold", "deviation", "support", "hold_contested"}
         A round that falls into parts apart while no cohort holds more than half of the bank's ids: ``"keep"``
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
         ``majority_only``, is otherwise kept there), or ``"deviation"``, reject the part the deviation score tells
         apart (:func:`deviation_part`) and keep everyone where it tells none. ``"support"`` is decided by the
         screener, which hands such a round (``CohortOutcome.to_support``) to the support rule; here it keeps
-        everyone.
+        everyone. ``"hold_contested"``: as ``"support"``, except that such a round is held where its coherent
+        part could win it on its own (:func:`contested`), and so is a round whose two parts both vote negative
+        (under the other settings the lower part is rejected and the other, outside the majority too, kept).
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="tree"
         ``FedLNS(cohort_cut=...)``: every cut the tree finds that is apart, only those wider than chance
         (``"significant"``, :func:`round_parts`), or the tree's and, in a round whose parts are not apart, the group

@@ -1,0 +1,137 @@
+"""The contested study (``docs/results/contested``) as Markdown: ``FedLNS(cohort_weight="agreeing",
+cohort_undecided="hold_contested")`` beside ``FedLNS()`` and FedAvg in each cell, and the plan's criteria, each met or
+missed.
+
+Reads the study's runs (``scripts/results_contested.sh``) and, for the plan's known cases (G), the folders holding the
+default's and FedAvg's runs of those cells (``docs/results/cohort-agree``, ``docs/results/cohort-agree/seeds``): runs
+folders or results folders holding their archive; a run in more than one folder is read from the first. Runs of other
+settings of the rule are left out.
+
+Usage: python scripts/contested_table.py STUDY [MORE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
+from cohort_vote_table import rates, text, worse
+from cohort_weight_table import only
+from lora_matrix_table import checklist, print_checks
+
+OURS = "fedlns_default"
+STUDIED = {("unit", "support"): "default", ("agreeing", "hold_contested"): "candidate"}
+AGAINST = ("weak_core", "majority_only", "majority_weak")  # the plan's A-C
+KNOWN = {("bert", "iid", 0.4, "weak_core", 400), ("gpt", "iid", 0.4, "majority_only", 700)}  # the plan's G
+
+
+def gather(sources: list[str]) -> dict:
+    """(preset, family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "default" | "candidate": run};
+    preset is "lora" (adapter payloads) or "cpu"."""
+
+    def setting(run: dict) -> tuple[str, str]:
+        return run["config"].get("cohort_weight", "unit"), run["config"].get("cohort_undecided", "support")
+
+    cells: dict = {}
+    for preset in ("lora", "cpu"):
+
+        def keep(run: dict, preset=preset) -> bool:
+            lora = run["config"].get("peft") == "lora"
+            return lora == (preset == "lora") and (run["method"] != OURS or setting(run) in STUDIED)
+
+        for key, cell in gather_runs(sources, setting="cohort_undecided", default="support", keep=keep).items():
+            renamed = {}
+            for method, run in cell.items():
+                renamed[STUDIED[setting(run)] if run["method"] == OURS else method] = run
+            cells[(preset, *key)] = renamed
+    return cells
+
+
+def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    checks, add = checklist()
+    for key in sorted(cells):
+        preset, family, partition, fraction, attack, seed = key
+        cell = cells[key]
+        ours, default, fedavg = cell.get("candidate"), cell.get("default"), cell.get("fedavg")
+        name = f"{preset} {family} {partition} {fraction:.0%} {attack} seed {seed}"
+        if ours is None or key[1:] in KNOWN:
+            continue
+        if preset == "lora" and attack in AGAINST:
+            test = "1. under weak_core, majority_only and majority_weak"
+            add(
+                f"{test}, no round of attackers only", f"{name}: rounds {only(ours)}", not ours["attackers_only_rounds"]
+            )
+            gap = "no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"
+            add(
+                f"{test}, at most 1% above FedAvg", f"{name}: {gap}", fedavg is not None and worse(ours, fedavg) <= 0.01
+            )
+            continue
+        if default is None:
+            add("every cell has the default's run", f"{name}: missing", False)
+            continue
+        if preset == "lora" and attack == "target_corruption":
+            tpr, fpr = (float(x) for x in rates(ours).split(" / "))
+            add(
+                "2. target corruption: TPR >= 0.95 and FPR <= 0.05",
+                f"{name}: {rates(ours)}",
+                tpr >= 0.95 and fpr <= 0.05,
+            )
+            add(
+                "2. target corruption: at most 1% above the default",
+                f"{name}: {worse(ours, default):+.1%}",
+                worse(ours, default) <= 0.01,
+            )
+            continue
+        add(
+            "3. no regression: at most 1% above the default",
+            f"{name}: {worse(ours, default):+.1%}",
+            worse(ours, default) <= 0.01,
+        )
+        if fraction > 0:
+            add(
+                "3. no regression: no round of attackers only where the default has none",
+                f"{name}: candidate {only(ours)}, default {only(default)}",
+                not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
+            )
+    return checks
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cells = gather(argv)
+    print("Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /")
+    print(
+        "FPR; the rounds that kept attackers only. G: the plan's known cases (default and FedAvg from cohort-agree).\n"
+    )
+    print(
+        "| preset | family | partition | malicious | attack | seed | FedAvg | default | candidate | TPR / FPR default "
+        "| candidate | attackers only: default | candidate |"
+    )
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for key in sorted(cells, key=lambda k: (k[0] != "lora", k[4] not in AGAINST, k[1:] in KNOWN, k[4], k[1], k[5])):
+        cell = cells[key]
+        if "candidate" not in cell:
+            continue
+        preset, family, partition, fraction, attack, seed = key
+        columns = [text(cell.get("fedavg") or cell.get("clean")), text(cell.get("default")), text(cell["candidate"])]
+        columns += [
+            rates(cell.get("default")),
+            rates(cell["candidate"]),
+            only(cell.get("default")),
+            only(cell["candidate"]),
+        ]
+        mark = " (G)" if key[1:] in KNOWN else ""
+        print(
+            f"| {preset} | {family} | {partition} | {fraction:.0%} | {attack}{mark} | {seed} | "
+            + " | ".join(columns)
+            + " |"
+        )
+    print("\n## The plan's criteria\n")
+    print_checks(checks_of(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
