@@ -7,7 +7,10 @@ default's and FedAvg's runs of those cells (``docs/results/cohort-agree``, ``doc
 folders or results folders holding their archive; a run in more than one folder is read from the first. Runs of other
 settings of the rule are left out.
 
-Usage: python scripts/contested_table.py STUDY [MORE ...]
+With ``--hold`` the candidate is the second plan's (``docs/results/contested/hold/PLAN.md``,
+``cohort_undecided="hold"``), read with the same criteria.
+
+Usage: python scripts/contested_table.py [--hold] STUDY [MORE ...]
 """
 
 from __future__ import annotations
@@ -20,14 +23,14 @@ from cohort_weight_table import only
 from lora_matrix_table import checklist, print_checks
 
 OURS = "fedlns_default"
-STUDIED = {("unit", "support"): "default", ("agreeing", "hold_contested"): "candidate"}
 AGAINST = ("weak_core", "majority_only", "majority_weak")  # the plan's A-C
 KNOWN = {("bert", "iid", 0.4, "weak_core", 400), ("gpt", "iid", 0.4, "majority_only", 700)}  # the plan's G
 
 
-def gather(sources: list[str]) -> dict:
+def gather(sources: list[str], undecided: str = "hold_contested") -> dict:
     """(preset, family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "default" | "candidate": run};
-    preset is "lora" (adapter payloads) or "cpu"."""
+    preset is "lora" (adapter payloads) or "cpu"; the candidate is ``cohort_weight="agreeing"`` with ``undecided``."""
+    studied = {("unit", "support"): "default", ("agreeing", undecided): "candidate"}
 
     def setting(run: dict) -> tuple[str, str]:
         return run["config"].get("cohort_weight", "unit"), run["config"].get("cohort_undecided", "support")
@@ -37,12 +40,12 @@ def gather(sources: list[str]) -> dict:
 
         def keep(run: dict, preset=preset) -> bool:
             lora = run["config"].get("peft") == "lora"
-            return lora == (preset == "lora") and (run["method"] != OURS or setting(run) in STUDIED)
+            return lora == (preset == "lora") and (run["method"] != OURS or setting(run) in studied)
 
         for key, cell in gather_runs(sources, setting="cohort_undecided", default="support", keep=keep).items():
             renamed = {}
             for method, run in cell.items():
-                renamed[STUDIED[setting(run)] if run["method"] == OURS else method] = run
+                renamed[studied[setting(run)] if run["method"] == OURS else method] = run
             cells[(preset, *key)] = renamed
     return cells
 
@@ -97,10 +100,12 @@ def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
 
 
 def main(argv: list[str]) -> int:
+    undecided = "hold" if "--hold" in argv else "hold_contested"
+    argv = [a for a in argv if a != "--hold"]
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    cells = gather(argv)
+    cells = gather(argv, undecided)
     print("Best checkpoint / last 10 rounds' perplexity (FedAvg: clean FedAvg in the rows without attackers); TPR /")
     print(
         "FPR; the rounds that kept attackers only. G: the plan's known cases (default and FedAvg from cohort-agree).\n"
