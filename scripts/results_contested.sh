@@ -7,7 +7,7 @@
 # Usage: bash scripts/results_contested.sh [RUNS_DIR]   (default runs/contested)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or first, A and B at
 # seed 800 and E, or second, the rest: two sweeps of about equal length that can run side by side; or hold, the
-# second plan's candidate, hold/PLAN.md, with TARGETS lora or cpu to split it).
+# second plan's candidate, hold/PLAN.md, with TARGETS lora or cpu and FAMILIES, e.g. "gpt llama", to split it).
 set -euo pipefail
 runs="${1:-runs/contested}"
 # shellcheck source=scripts/lora_cells.sh
@@ -45,10 +45,10 @@ second() {
   lora_sweep bert iid 0.4 400 weak_core --methods fedlns_default "${candidate[@]}"   # G
   lora_sweep gpt iid 0.4 700 majority_only --methods fedlns_default "${candidate[@]}"
 }
-hold() {  # the second plan (hold/PLAN.md): its candidate in the first plan's cells A-F; TARGETS picks lora or cpu
+hold() {  # the second plan (hold/PLAN.md): its candidate in the first plan's cells A-F (FAMILIES: A-E's families)
   candidate=(--set cohort_weight=agreeing --set cohort_undecided=hold)
   if [ "${TARGETS:-all}" != cpu ]; then
-    for family in gpt llama bert; do
+    for family in ${FAMILIES:-gpt llama bert}; do
       for seed in 800 900; do
         [ "$family.$seed" = bert.900 ] && continue
         lora_sweep "$family" iid 0.4 "$seed" weak_core --methods fedlns_default "${candidate[@]}"       # A
@@ -57,8 +57,10 @@ hold() {  # the second plan (hold/PLAN.md): its candidate in the first plan's ce
       [ "$family" = bert ] || lora_sweep "$family" iid 0.4 800 majority_weak --methods fedlns_default "${candidate[@]}"
       lora_sweep "$family" iid 0.4 800 target_corruption --methods fedlns_default "${candidate[@]}"   # D
     done
-    lora_sweep bert iid 0.2 800 alie --methods fedlns_default "${candidate[@]}"   # E
-    lora_sweep bert noniid 0 800 none --methods fedlns_default "${candidate[@]}"
+    if [[ " ${FAMILIES:-bert} " == *" bert "* ]]; then
+      lora_sweep bert iid 0.2 800 alie --methods fedlns_default "${candidate[@]}"   # E
+      lora_sweep bert noniid 0 800 none --methods fedlns_default "${candidate[@]}"
+    fi
   fi
   if [ "${TARGETS:-all}" != lora ]; then
     for attack in target_corruption majority_only alie; do   # F: cpu_cell runs the default again (skipped: done)
