@@ -380,7 +380,9 @@ class FedLNS:
         those rounds and of split clean non-IID rounds (``docs/results/cohort``). ``"hold_contested"``, a
         candidate (``docs/results/contested``): as ``"support"``, but holds such a round when its coherent part
         agrees at least ``STRONG_CUT`` and holds at least half of it (``fedlns_core._cohort.contested``), and
-        also a decided round whose two parts both vote negative.
+        also a decided round whose two parts both vote negative; measured and not adopted (an attacker that agrees
+        weakly in the rounds it holds, ``majority_weak``, gets through it, and where the support rule decides such
+        rounds correctly, the ``cpu`` preset, holding them costs 5-8%).
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="confirmed"
         ``"cohort"`` only: which cuts of a round count. ``"tree"``: every group the average-linkage tree finds
         that is coherent and apart (``separation``). ``"significant"``: only a cut wider than the cut the tree

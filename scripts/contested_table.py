@@ -3,9 +3,9 @@ cohort_undecided="hold_contested")`` beside ``FedLNS()`` and FedAvg in each cell
 missed.
 
 Reads the study's runs (``scripts/results_contested.sh``) and, for the plan's known cases (G), the folders holding the
-default's and FedAvg's runs of those cells (``docs/results/cohort-agree``, ``docs/results/cohort-agree/seeds``): runs
-folders or results folders holding their archive; a run in more than one folder is read from the first. Runs of other
-settings of the rule are left out.
+default's and FedAvg's runs of those cells (``docs/results/cohort-agree``, its ``seeds``, and
+``docs/results/cohort-weight/seeds``): runs folders or results folders holding their archive; a run in more than one
+folder is read from the first. Runs of other settings of the rule are left out.
 
 With ``--hold`` the candidate is the second plan's (``docs/results/contested/hold/PLAN.md``,
 ``cohort_undecided="hold"``), read with the same criteria.
