@@ -22,6 +22,8 @@ from cohort_vote_table import rates, text, worse
 from cohort_weight_table import only
 from lora_matrix_table import checklist, print_checks
 
+from fedlns_sim.report.stats import detection_rates
+
 OURS = "fedlns_default"
 AGAINST = ("weak_core", "majority_only", "majority_weak")  # the plan's A-C
 KNOWN = {("bert", "iid", 0.4, "weak_core", 400), ("gpt", "iid", 0.4, "majority_only", 700)}  # the plan's G
@@ -73,11 +75,11 @@ def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             add("every cell has the default's run", f"{name}: missing", False)
             continue
         if preset == "lora" and attack == "target_corruption":
-            tpr, fpr = (float(x) for x in rates(ours).split(" / "))
+            found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
             add(
                 "2. target corruption: TPR >= 0.95 and FPR <= 0.05",
                 f"{name}: {rates(ours)}",
-                tpr >= 0.95 and fpr <= 0.05,
+                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
             )
             add(
                 "2. target corruption: at most 1% above the default",
@@ -134,7 +136,7 @@ def main(argv: list[str]) -> int:
             + " |"
         )
     print("\n## The plan's criteria\n")
-    print_checks(checks_of(cells))
+    print_checks(dict(sorted(checks_of(cells).items())))  # by criterion
     return 0
 
 
