@@ -31,13 +31,13 @@ def gather(
     sources: list[str],
     setting: str = "cohort_vote",
     default: Any = "round",
-    by_folder: bool = False,
+    group: Callable[[str, dict], str] | None = None,
     keep: Callable[[dict], bool] | None = None,
 ) -> dict:
     """(family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "oracle" | a value of ``setting``: run}:
     ``FedLNS()``'s runs are told apart by their ``setting`` (``default`` for runs made before it existed). With
-    ``by_folder`` the key starts with the name of the folder the run came from; with ``keep``, only the runs it
-    accepts are read."""
+    ``group`` the key starts with ``group(source, run)`` (:func:`by_folder`: the name of the folder the run came
+    from); with ``keep``, only the runs it accepts are read."""
     cells: dict = {}
     for source in sources:
         for run in load_runs(source):
@@ -52,8 +52,13 @@ def gather(
                 continue
             attack = "-" if run["fraction"] == 0 or method == "oracle" else run["attack"]
             key = (run["family"], run["partition"], run["fraction"], attack, run["seed"])
-            cells.setdefault((Path(source).name, *key) if by_folder else key, {}).setdefault(method, run)
+            cells.setdefault(key if group is None else (group(source, run), *key), {}).setdefault(method, run)
     return cells
+
+
+def by_folder(source: str, run: dict) -> str:
+    """:func:`gather`'s ``group`` by the name of the folder a run came from."""
+    return Path(source).name
 
 
 def text(run: dict | None) -> str:

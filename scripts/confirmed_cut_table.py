@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
+from cohort_vote_table import by_folder, gather, rates, text, worse  # scripts/, beside this one
 from fedlns_sim.config import CUT_ATTACKS
 from fedlns_sim.report.stats import detection_rates
 from lora_matrix_table import print_checks
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         for line in (line for folder in argv[1:] for line in fired(folder)):
             print(line)
         return 0
-    cells = gather(argv, "cohort_cut", "tree", by_folder=True)
+    cells = gather(argv, "cohort_cut", "tree", group=by_folder)
     for key, cell in cells.items():  # the variant never fired and no default ran: the default's run by the code
         ours = cell.get("confirmed")
         if ours and "tree" not in cell and key[4] not in ADAPTIVE and not ours["confirmed_cut_rounds"]:

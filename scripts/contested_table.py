@@ -31,25 +31,20 @@ KNOWN = {("bert", "iid", 0.4, "weak_core", 400), ("gpt", "iid", 0.4, "majority_o
 
 def gather(sources: list[str], undecided: str = "hold_contested") -> dict:
     """(preset, family, partition, fraction, attack, seed) -> {"fedavg" | "clean" | "default" | "candidate": run};
-    preset is "lora" (adapter payloads) or "cpu"; the candidate is ``cohort_weight="agreeing"`` with ``undecided``."""
-    studied = {("unit", "support"): "default", ("agreeing", undecided): "candidate"}
+    preset is "lora" (adapter payloads) or "cpu"; the candidate is ``cohort_weight="agreeing"`` with ``undecided``,
+    the default ``FedLNS()`` as it ships (``"unit"``, ``"support"``)."""
+    studied = {("unit", "support"), ("agreeing", undecided)}
 
-    def setting(run: dict) -> tuple[str, str]:
-        return run["config"].get("cohort_weight", "unit"), run["config"].get("cohort_undecided", "support")
+    def keep(run: dict) -> bool:
+        weight, rule = run["config"].get("cohort_weight", "unit"), run["config"].get("cohort_undecided", "support")
+        return run["method"] != OURS or (weight, rule) in studied
 
-    cells: dict = {}
-    for preset in ("lora", "cpu"):
+    def preset(source: str, run: dict) -> str:
+        return "lora" if run["config"].get("peft") == "lora" else "cpu"
 
-        def keep(run: dict, preset=preset) -> bool:
-            lora = run["config"].get("peft") == "lora"
-            return lora == (preset == "lora") and (run["method"] != OURS or setting(run) in studied)
-
-        for key, cell in gather_runs(sources, setting="cohort_undecided", default="support", keep=keep).items():
-            renamed = {}
-            for method, run in cell.items():
-                renamed[studied[setting(run)] if run["method"] == OURS else method] = run
-            cells[(preset, *key)] = renamed
-    return cells
+    cells = gather_runs(sources, setting="cohort_undecided", default="support", group=preset, keep=keep)
+    names = {"support": "default", undecided: "candidate"}  # what the kept runs of FedLNS() are told apart by
+    return {key: {names.get(method, method): run for method, run in cell.items()} for key, cell in cells.items()}
 
 
 def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
