@@ -70,6 +70,12 @@ import numpy as np
 from ._support import MIN_COHERENCE, _unit, average_linkage, loud_reasons, recent_rows
 from ._types import ClientId
 
+#: ``cohort_undecided="adaptive"``: the history's updates agree across rounds when the median cosine between recent
+#: bank entries of different rounds is at least this. Replayed on recorded runs (``docs/results/adaptive``): a GPT
+#: trained from scratch (the ``cpu`` preset) 0.16-0.48 after its first 10 rounds (0.05-0.07 before), the LoRA
+#: adapters of the three families -0.08-0.11.
+CONSISTENT_HISTORY = 0.15
+
 #: ``cohort_vote="strong"``: a cut whose core agrees at least this much (mean cosine within) votes with its own
 #: edges, a weaker one with the history before them. Measured in the LoRA scenario: attackers' cores 0.74-0.84,
 #: the cores the tree cuts from honest clients alone 0.10-0.15 (docs/results/cohort-vote).
@@ -452,6 +458,30 @@ def contested(cut: RoundParts, n: int) -> bool:
     return cut.within >= STRONG_CUT and 2 * int(cut.first.sum()) >= n
 
 
+def history_agreement(bank_sketches: np.ndarray, stamps: np.ndarray, recent: int) -> float:
+    """``cohort_undecided="adaptive"``: the median cosine between the ``recent`` bank entries' update sketches of
+    different rounds, those of the round being screened left out (the latest stamp), so a round cannot steer it;
+    nan without two earlier rounds among them.
+
+    Where honest updates share a direction from round to round (a model trained from scratch), the support rule,
+    which compares a round with the recent bank, decides the rounds the history cannot; where they do not (LoRA
+    adapters: the median is near 0, chance for a sketch), the only coherent group it finds may be the attackers.
+
+    >>> rng = np.random.default_rng(0)
+    >>> shared = rng.normal(size=64)
+    >>> sketches = shared + rng.normal(size=(30, 64)); stamps = np.repeat(np.arange(3.0), 10)
+    >>> round(history_agreement(sketches, stamps, 30), 1), round(history_agreement(sketches - shared, stamps, 30), 1)
+    (0.5, 0.0)
+    """
+    rows = recent_rows(stamps, recent)
+    rows = rows[stamps[rows] < stamps.max()]
+    units = _unit(bank_sketches[rows])
+    other_round = stamps[rows][:, None] != stamps[rows][None, :]
+    if not other_round.any():
+        return float("nan")
+    return float(np.median((units @ units.T)[other_round]))
+
+
 def pair_median(cosines: np.ndarray) -> float:
     """The median of a round's pair cosines (the off-diagonal entries of its (N, N) cosine matrix)."""
     return float(np.median(cosines[~np.eye(len(cosines), dtype=bool)]))
@@ -515,6 +545,7 @@ def cohort_rule(
     vote: str = "round",
     weight: str = "unit",
     decide: bool = True,
+    bank_sketches: np.ndarray | None = None,
 ) -> CohortOutcome:
     """Decide a round by its parts and the cohort graph (``decide=False``: only stage the graph, keep everyone).
 
@@ -528,7 +559,7 @@ def cohort_rule(
         Whose rows they are.
     graph : CohortGraph
         The graph before this round.
-    undecided : {"keep", "hold", "deviation", "support", "hold_contested"}
+    undecided : {"keep", "hold", "deviation", "support", "hold_contested", "adaptive"}
         A round that falls into parts apart while no cohort holds more than half of the bank's ids: ``"keep"``
         everyone (the default), or ``"hold"``, aggregate nobody (an attacker apart only in the rounds it holds,
         ``majority_only``, is otherwise kept there), or ``"deviation"``, reject the part the deviation score tells
@@ -537,6 +568,8 @@ def cohort_rule(
         everyone. ``"hold_contested"``: as ``"support"``, except that such a round is held where its coherent
         part could win it on its own (:func:`contested`), and so is a round whose two parts both vote negative
         (under the other settings the lower part is rejected and the other, outside the majority too, kept).
+        ``"adaptive"``: ``"support"`` where the history's updates agree across rounds (:func:`history_agreement`
+        of ``bank_sketches`` at least ``CONSISTENT_HISTORY``), else ``"hold_contested"``.
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="tree"
         ``FedLNS(cohort_cut=...)``: every cut the tree finds that is apart, only those wider than chance
         (``"significant"``, :func:`round_parts`), or the tree's and, in a round whose parts are not apart, the group
@@ -552,6 +585,8 @@ def cohort_rule(
         What the cut's edges weigh (``FedLNS(cohort_weight=...)``): 1, or the mean cosine within the cut's core
         clipped to [0, 1], or, for a weak cut, 1 only between two clients whose own cosine agrees with the cut
         (:func:`edge_strength`).
+    bank_sketches : (B, k), optional
+        The bank's update sketches (rows as ``stamps``); ``undecided="adaptive"`` needs them.
     dimension : int, optional
         How many independent numbers a sketch holds, which sets the chance level of cosines (:func:`round_parts`).
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
@@ -577,6 +612,15 @@ def cohort_rule(
     kept = np.ones(n, dtype=bool)
     open_round = False
     held = ""
+    drifting = ""  # undecided="adaptive" in a history whose updates do not agree across rounds: why
+    if cut is not None and decide and undecided == "adaptive":
+        if bank_sketches is None:
+            raise ValueError('cohort_undecided="adaptive" needs the bank\'s sketches')
+        agreement = history_agreement(bank_sketches, stamps, recent)
+        consistent = agreement >= CONSISTENT_HISTORY
+        undecided = "support" if consistent else "hold_contested"
+        if not consistent:
+            drifting = f", in a history whose updates agree little across rounds (median cosine {agreement:.3g})"
     if cut is not None and decide:
         side = graph.sides()
         if vote == "history" or (vote == "strong" and cut.within < STRONG_CUT):
@@ -608,7 +652,7 @@ def cohort_rule(
             for i in range(n):
                 reasons[i] = (
                     f"held: the round falls into parts apart (mean cosine {cut.across:.3g} across, "
-                    f"{cut.within:.3g} within) and {held}"
+                    f"{cut.within:.3g} within) and {held}{drifting}"
                 )
         elif undecided == "deviation" and open_round:
             told = deviation_part(scores, cut.first, recent_scores)

@@ -368,7 +368,7 @@ class FedLNS:
     cohort_decay : float in (0, 1], default=0.9
         ``"cohort"`` only: the factor the cohort graph's evidence is multiplied by each round (0.9: a round's
         edges weigh half after about 7 rounds), so a client's standing follows what it sends now.
-    cohort_undecided : {"support", "keep", "hold", "deviation", "hold_contested"}, default="support"
+    cohort_undecided : {"support", "keep", "hold", "deviation", "hold_contested", "adaptive"}, default="support"
         ``"cohort"`` only: a round that falls into parts apart while no cohort of the history holds more than
         half of the bank's ids is decided by the ``"support"`` rule (the recent bank's groups of sketches;
         ``max_groups`` applies), kept whole (``"keep"``), not aggregated at all (``"hold"``), or decided by the
@@ -754,6 +754,11 @@ class FedLNS:
                 vote=settings["cohort_vote"],
                 weight=settings["cohort_weight"],
                 decide=not warming_up,
+                bank_sketches=(
+                    refresh._block(slice(width, width + sketch_dim)).T
+                    if settings["cohort_undecided"] == "adaptive"
+                    else None
+                ),
             )
         if warming_up:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()

@@ -107,7 +107,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "max_groups": [Interval("int", 2)],
     "loud_separation": [Interval("real", 0, None, closed="neither")],
     "cohort_decay": [Interval("real", 0, 1, closed="right")],
-    "cohort_undecided": [Options(("support", "keep", "hold", "deviation", "hold_contested"))],
+    "cohort_undecided": [Options(("support", "keep", "hold", "deviation", "hold_contested", "adaptive"))],
     "cohort_cut": [Options(("tree", "significant", "confirmed", "centered"))],
     "cohort_vote": [Options(("round", "history", "strong"))],
     "cohort_weight": [Options(("unit", "coherence", "agreeing"))],

@@ -69,6 +69,9 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      half of the round, where they hold it the attackers agree no more than the honest clients:
                      against ``cohort_undecided="hold_contested"``, which holds only a round whose coherent part
                      agrees strongly.
+  ``majority_drift`` ``majority_only`` that sends random directions (at its clean update's norm) where it does
+                     not hold the round: against ``cohort_undecided="adaptive"``, whose test of whether updates agree
+                     across rounds reads the bank, 40% of which is then noise.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -694,10 +697,14 @@ class MajorityOnly(TargetCorruption):
         clean, self._clean = self._clean, []
         if 2 * len(malicious) >= len(client_params):
             return self.poison(global_params, client_params, malicious, norm_keys, rng)
-        return {**client_params, **dict(zip(malicious, clean))}
+        return self.honest(global_params, {**client_params, **dict(zip(malicious, clean))}, malicious, rng)
 
     def poison(self, global_params, client_params, malicious, norm_keys, rng):
         """What a round the attackers hold is sent: the corrupted models as trained."""
+        return client_params
+
+    def honest(self, global_params, client_params, malicious, rng):
+        """What a round the attackers do not hold is sent (``client_params`` holds their clean models): those."""
         return client_params
 
 
@@ -908,6 +915,31 @@ class MajorityWeak(MajorityOnly, WeakCore):
         return WeakCore.craft(self, global_params, client_params, malicious, norm_keys, rng)
 
 
+class MajorityDrift(MajorityOnly):
+    """``majority_only`` whose other rounds send noise: where the attackers are fewer than half of the round, each
+    sends its clean update's norm in a fresh random direction (independent normal coordinates times the benign
+    updates' coordinate-wise standard deviation); where they hold it, the corrupted models. White-box against
+    ``FedLNS(cohort_undecided="adaptive")``, whose test of whether the history's updates agree across rounds is
+    the median cosine of recent bank entries of different rounds: the attackers' entries (40% of the bank) agree
+    with nothing, so that test can read "drifting" where honest updates agree (a model trained from scratch), and
+    the rounds the attackers hold are then held instead of going to the support rule, which would reject them
+    there. Rounds with fewer than two benign clients send the clean models."""
+
+    name = "majority_drift"
+
+    def honest(self, global_params, client_params, malicious, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if len(benign) < 2 or not malicious:
+            return client_params
+        keys = sorted(global_params)
+        own = _stacked(global_params, client_params, malicious, keys)
+        noise = rng.normal(size=own.shape) * _stacked(global_params, client_params, benign, keys).std(axis=0)
+        noise *= np.linalg.norm(own, axis=1, keepdims=True) / np.maximum(
+            np.linalg.norm(noise, axis=1, keepdims=True), 1e-300
+        )
+        return _sending(global_params, client_params, malicious, noise, keys)
+
+
 def _mean_cosine(units: np.ndarray) -> float:
     """Mean cosine between distinct rows of unit vectors."""
     n = len(units)
@@ -970,6 +1002,7 @@ ATTACKS = {
         WeakCore,
         AgreeBlend,
         MajorityWeak,
+        MajorityDrift,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

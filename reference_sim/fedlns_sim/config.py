@@ -76,6 +76,7 @@ ATTACK_NAMES = (
     "weak_core",
     "agree_blend",
     "majority_weak",
+    "majority_drift",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
@@ -91,7 +92,7 @@ MIXTURE_SOLVERS = ("fast", "sklearn")
 COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
 COHORT_VOTES = ("round", "history", "strong")
 COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
-COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested")
+COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "adaptive")
 
 
 #: The attacks written against the cohort rule's cut: they read the server's ``cohort_cut``, whatever the method.

@@ -24,9 +24,9 @@ run's own: a check, it must reproduce the recorded decisions):
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
 ``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant``, ``confirmed`` or ``centered``),
                    ``cohort_vote=C`` (``round``, ``history`` or ``strong``), ``cohort_undecided=C`` (``keep``,
-                   ``hold``, ``deviation`` or ``hold_contested``; ``support`` is the run's fallback below) or
-                   ``cohort_weight=C`` (``unit``, ``coherence`` or ``agreeing``) instead of the run's own; several
-                   joined by ``+`` (``cohort:agreeing+hold_contested``)
+                   ``hold``, ``deviation``, ``hold_contested`` or ``adaptive``; ``support`` is the run's fallback
+                   below) or ``cohort_weight=C`` (``unit``, ``coherence`` or ``agreeing``) instead of the run's own;
+                   several joined by ``+`` (``cohort:agreeing+hold_contested``)
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -218,6 +218,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 vote=_pick(chosen, votes, screener.cohort_vote),
                 weight=_pick(chosen, weights, screener.cohort_weight),
                 decide=bool(record.get("active")),
+                bank_sketches=bank_sketches,
             )
             graph, staged = outcome.graph.restricted(list(bank)), outcome.graph  # staged: what the vote read
         if not record.get("active"):
