@@ -570,13 +570,15 @@ def test_rounds_too_small_to_cut_get_the_support_rule_from_for_federation():
     assert FedLNS.for_federation(100, 8).retain_rule == "cohort"
 
 
-def _undecided_rounds(seed, n_attack=6, strength=1.0):
+def _undecided_rounds(seed, n_attack=6, strength=1.0, drift=False):
     """Two clean rounds of 10 new ids each (no split: nobody placed), then a round the attackers hold (ids 0-5;
     ``n_attack`` of them): it splits, and 10 of the bank's 30 ids are placed, too few for a cohort to hold most of
     the bank. Updates are a direction plus unit noise: honest clients agree at cosine 0.5, the attackers at
-    ``strength**2 / (strength**2 + 1)``."""
+    ``strength**2 / (strength**2 + 1)``; with ``drift`` the honest direction is new each round (honest updates of
+    different rounds agree at chance, as LoRA updates do)."""
     rng = np.random.default_rng(seed)
     honest, attack = rng.standard_normal(DIM), rng.standard_normal(DIM)
+    directions = [rng.standard_normal(DIM) for _ in range(3)] if drift else [honest] * 3
 
     def client(direction):
         return {
@@ -584,8 +586,8 @@ def _undecided_rounds(seed, n_attack=6, strength=1.0):
             "h.0.attn.weight": direction + rng.standard_normal(DIM),
         }
 
-    rounds = [{i: client(honest) for i in range(start, start + 10)} for start in (10, 20)]
-    rounds.append({i: client(strength * attack if i < n_attack else honest) for i in range(10)})
+    rounds = [{i: client(directions[k]) for i in range(start, start + 10)} for k, start in enumerate((10, 20))]
+    rounds.append({i: client(strength * attack if i < n_attack else directions[2]) for i in range(10)})
     return {"h.0.ln_1.weight": np.ones(8), "h.0.attn.weight": np.zeros(DIM)}, rounds
 
 
@@ -624,6 +626,54 @@ def test_hold_contested_holds_an_open_round_only_where_a_strong_part_holds_it(n_
         assert all("coherent part (6 of 10) holds at least half" in r for r in contested.rejected.values())
     else:
         assert contested.rejected == results["support"].rejected
+
+
+@pytest.mark.parametrize("drift", [False, True])
+def test_adaptive_holds_a_contested_round_only_where_updates_drift_across_rounds(drift):
+    """``cohort_undecided="adaptive"``: a round the attackers hold (6 of 10, agreeing at 0.8) that no cohort can
+    decide goes to the support rule where honest updates share their direction across rounds, and is held as under
+    ``"hold_contested"`` where every round's honest direction is new."""
+    global_params, rounds = _undecided_rounds(6, 6, 2.0, drift=drift)
+    results = {}
+    for undecided in ("support", "hold_contested", "adaptive"):
+        screener = FedLNS(activation_threshold=30, random_state=0, cohort_undecided=undecided)
+        for clients in rounds:
+            results[undecided] = screener.screen(global_params, clients, {i: 10 for i in clients})
+    adaptive, expected = results["adaptive"], results["hold_contested" if drift else "support"]
+    assert adaptive.active and adaptive.retained == expected.retained and adaptive.rejected.keys() == expected.rejected.keys()
+    assert results["support"].retained != results["hold_contested"].retained  # the two regimes decide differently
+    if drift:
+        assert not adaptive.retained
+        assert all("agree little across rounds (median cosine" in r for r in adaptive.rejected.values())
+
+
+def test_history_agreement_reads_earlier_rounds_of_the_recent_bank_only():
+    """The median cosine between recent entries of different rounds, leaving out the latest round's own (which
+    cannot steer it) and entries older than ``recent``; nan without two earlier rounds."""
+    from fedlns_core._cohort import history_agreement
+
+    rng = np.random.default_rng(0)
+    shared = rng.standard_normal(200)
+    agreeing = shared + rng.standard_normal((20, 200))  # rounds 1-2: cosine about 0.5
+    stamps = np.repeat([1.0, 2.0, 3.0, 0.0], 10)
+    latest, old = -shared + rng.standard_normal((10, 200)), rng.standard_normal((10, 200))
+    bank = np.concatenate([agreeing, latest, old])
+    assert 0.4 < history_agreement(bank, stamps, 30) < 0.6  # the latest round (opposed) and the oldest left out
+    assert history_agreement(bank, stamps, 40) < 0.4  # with the oldest round (chance): more pairs at 0
+    assert np.isnan(history_agreement(bank[10:30], stamps[10:30], 20))  # one earlier round: no pair
+    with pytest.raises(ValueError, match="needs the bank's sketches"):
+        cohort_rule_needing_sketches()
+
+
+def cohort_rule_needing_sketches():
+    from fedlns_core._cohort import cohort_rule
+
+    rows = _round_sketches([0, 1, 2, 3, 4, 5], [6, 7, 8, 9], 0.9)
+    ids = list(rows)
+    return cohort_rule(
+        np.ones(10), np.stack([rows[c] for c in ids]), ids, CohortGraph(), np.arange(10.0), np.ones(10), recent=10,
+        separation=0.5, loud_separation=6.0, decay=0.9, dimension=10_000, undecided="adaptive",
+    )
 
 
 def test_hold_contested_holds_a_round_whose_parts_both_vote_negative():

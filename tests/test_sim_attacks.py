@@ -282,6 +282,30 @@ def test_majority_weak_sends_weak_core_updates_in_the_rounds_it_holds_and_clean_
         assert held or not np.array_equal(weak[6]["w"], clean[6]["w"])
 
 
+def test_majority_drift_sends_noise_at_the_clean_norm_where_it_does_not_hold_the_round():
+    _, global_params, clients, _ = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
+    malicious = [6, 7, 8, 9]
+    clean = {c: {"w": clients[c - 6]["w"] + 1.0} for c in malicious}
+    for held, members in ((True, range(2, 10)), (False, range(10))):
+        attack = make_attack("majority_drift", TOKENIZER, _config())
+        for c in malicious:
+            attack.local_result({"clean": (clean[c], 5, 0.1), "poisoned": (clients[c], 5, 0.2)}, global_params, NORMS)
+        sent = attack.craft(global_params, {c: clients[c] for c in members}, malicious, (), np.random.default_rng(0))
+        for c in malicious:
+            if held:  # the corrupted model as trained
+                assert np.array_equal(sent[c]["w"], clients[c]["w"])
+                continue
+            update, own = sent[c]["w"].astype(np.float64), clean[c]["w"].astype(np.float64)
+            assert np.isclose(np.linalg.norm(update), np.linalg.norm(own), rtol=1e-4)
+            # a random direction: near chance against its clean update and every other client's
+            others = [clients[b]["w"] for b in range(6)] + [own] + [sent[a]["w"] for a in malicious if a != c]
+            cosines = [update @ o / np.linalg.norm(update) / np.linalg.norm(o) for o in others]
+            assert max(abs(x) for x in cosines) < 0.2, cosines
+        for b in members:
+            if b not in malicious:
+                assert sent[b] is clients[b]
+
+
 def test_sleeper_sends_clean_models_through_the_first_half_of_the_run_then_poisoned_ones():
     attack = make_attack("sleeper", TOKENIZER, _config(rounds=40))
     assert attack.trainings == ("clean", "poisoned") and attack.wake == 21
