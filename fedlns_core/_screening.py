@@ -382,7 +382,9 @@ class FedLNS:
         agrees at least ``STRONG_CUT`` and holds at least half of it (``fedlns_core._cohort.contested``), and
         also a decided round whose two parts both vote negative; measured and not adopted (an attacker that agrees
         weakly in the rounds it holds, ``majority_weak``, gets through it, and where the support rule decides such
-        rounds correctly, the ``cpu`` preset, holding them costs 5-8%).
+        rounds correctly, the ``cpu`` preset, holding them costs 5-8%). ``"adaptive"``, a candidate
+        (``docs/results/adaptive``): ``"support"`` where the recent bank's update sketches of different rounds agree
+        (median cosine at least ``fedlns_core._cohort.CONSISTENT_HISTORY``), else ``"hold_contested"``.
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="confirmed"
         ``"cohort"`` only: which cuts of a round count. ``"tree"``: every group the average-linkage tree finds
         that is coherent and apart (``separation``). ``"significant"``: only a cut wider than the cut the tree

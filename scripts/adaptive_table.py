@@ -1,0 +1,155 @@
+"""The adaptive study (``docs/results/adaptive``) as Markdown: ``FedLNS(cohort_weight="agreeing",
+cohort_undecided="adaptive")`` beside ``FedLNS()`` and FedAvg in each cell, and the plan's criteria, each met or
+missed.
+
+Reads the study's runs (``scripts/results_adaptive.sh``) and the contested study's sources (``docs/results/contested``
+first, then the folders its table reads): its ``hold_contested`` runs are what G compares with and, with its default's
+and FedAvg's runs of A-C, what criterion 5 reads beside this study's.
+
+Usage: python scripts/adaptive_table.py STUDY CONTESTED [MORE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cohort_vote_table import rates, text, worse  # scripts/, beside this one
+from cohort_weight_table import only
+from contested_table import KNOWN
+from contested_table import gather as gather_cells
+from lora_matrix_table import checklist, print_checks
+
+from fedlns_sim.report.stats import detection_rates
+
+AGAINST = ("weak_core", "majority_only", "majority_weak", "majority_drift")  # the plan's A-D
+IDENTITY = {("lora", "gpt", "iid", 0.4, "weak_core", 800), ("lora", "llama", "iid", 0.4, "majority_weak", 800)}  # G
+
+
+def excess(cells: dict, who: str) -> tuple[float, int, str]:
+    """Over the cells' runs of ``who``: the largest excess over FedAvg, the rounds of attackers only in all, and
+    the cell with that excess."""
+    largest, rounds, where = float("-inf"), 0, "-"
+    for key, cell in sorted(cells.items()):
+        run, fedavg = cell.get(who), cell.get("fedavg")
+        if run is None or fedavg is None:
+            continue
+        rounds += len(run["attackers_only_rounds"])
+        if worse(run, fedavg) > largest:
+            largest, where = worse(run, fedavg), " ".join(str(k) for k in key)
+    return largest, rounds, where
+
+
+def checks_of(cells: dict, contested: dict) -> dict[str, list[tuple[str, bool]]]:
+    checks, add = checklist()
+    attacked = {}  # A-D here and the contested plan's A-C: criterion 5
+    for key in sorted(cells):
+        preset, family, partition, fraction, attack, seed = key
+        cell = cells[key]
+        ours, default, fedavg = cell.get("candidate"), cell.get("default"), cell.get("fedavg")
+        name = f"{preset} {family} {partition} {fraction:.0%} {attack} seed {seed}"
+        if ours is None:
+            continue
+        if key in IDENTITY:
+            before = contested.get(key, {}).get("candidate")
+            same = before is not None and ours["curve"] == before["curve"]
+            add("4. G: the same perplexity in every round as hold_contested", name, same)
+            continue
+        if attack in AGAINST and (preset == "lora" or attack == "majority_drift"):  # A-D; F's cpu majority_only: 3
+            attacked[key] = cell
+            test = "1. under weak_core, majority_only, majority_weak and majority_drift"
+            add(
+                f"{test}, no round of attackers only", f"{name}: rounds {only(ours)}", not ours["attackers_only_rounds"]
+            )
+            gap = "no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"
+            add(
+                f"{test}, at most 1% above FedAvg", f"{name}: {gap}", fedavg is not None and worse(ours, fedavg) <= 0.01
+            )
+            continue
+        if default is None:
+            add("every cell has the default's run", f"{name}: missing", False)
+            continue
+        if preset == "lora" and attack == "target_corruption":
+            found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
+            add(
+                "2. target corruption: TPR >= 0.95 and FPR <= 0.05",
+                f"{name}: {rates(ours)}",
+                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
+            )
+            add(
+                "2. target corruption: at most 1% above the default",
+                f"{name}: {worse(ours, default):+.1%}",
+                worse(ours, default) <= 0.01,
+            )
+            continue
+        add(
+            "3. no regression: at most 1% above the default",
+            f"{name}: {worse(ours, default):+.1%}",
+            worse(ours, default) <= 0.01,
+        )
+        if fraction > 0:
+            add(
+                "3. no regression: no round of attackers only where the default has none",
+                f"{name}: candidate {only(ours)}, default {only(default)}",
+                not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
+            )
+    for key, cell in contested.items():
+        if key[0] == "lora" and key[4] in AGAINST[:3] and key[1:] not in KNOWN and "candidate" in cell:
+            attacked.setdefault(key, cell)
+    (ours, ours_rounds, ours_at), (default, default_rounds, default_at) = (
+        excess(attacked, w) for w in ("candidate", "default")
+    )
+    add(
+        "5. against the default: a smaller largest excess over FedAvg under A-D (and contested's A-C)",
+        f"{len(attacked)} cells: candidate {ours:+.1%} ({ours_at}), default {default:+.1%} ({default_at})",
+        ours < default,
+    )
+    add(
+        "5. against the default: fewer rounds of attackers only in all",
+        f"candidate {ours_rounds}, default {default_rounds}",
+        ours_rounds < default_rounds,
+    )
+    return checks
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cells, contested = gather_cells(argv[:1], "adaptive"), gather_cells(argv[1:], "hold_contested")
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. G: the runs")
+    print("compared with the contested study's hold_contested runs.\n")
+    print(
+        "| preset | family | partition | malicious | attack | seed | FedAvg | default | candidate | TPR / FPR default "
+        "| candidate | attackers only: default | candidate |"
+    )
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for key in sorted(cells, key=lambda k: (k[0] != "lora", k[4] not in AGAINST, k in IDENTITY, k[4], k[1], k[5])):
+        cell = cells[key]
+        if "candidate" not in cell:
+            continue
+        preset, family, partition, fraction, attack, seed = key
+        columns = [text(cell.get("fedavg")), text(cell.get("default")), text(cell["candidate"])]
+        columns += [
+            rates(cell.get("default")),
+            rates(cell["candidate"]),
+            only(cell.get("default")),
+            only(cell["candidate"]),
+        ]
+        mark = " (G)" if key in IDENTITY else ""
+        print(
+            f"| {preset} | {family} | {partition} | {fraction:.0%} | {attack}{mark} | {seed} | "
+            + " | ".join(columns)
+            + " |"
+        )
+    print("\n## The plan's criteria\n")
+    checks = dict(sorted(checks_of(cells, contested).items()))  # by criterion
+    print_checks(checks)
+    print(
+        "\nCriterion 5's figures: "
+        + "; ".join(text for target in checks if target[0] == "5" for text, _ in checks[target])
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
