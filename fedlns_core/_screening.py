@@ -368,23 +368,24 @@ class FedLNS:
     cohort_decay : float in (0, 1], default=0.9
         ``"cohort"`` only: the factor the cohort graph's evidence is multiplied by each round (0.9: a round's
         edges weigh half after about 7 rounds), so a client's standing follows what it sends now.
-    cohort_undecided : {"support", "keep", "hold", "deviation", "hold_contested", "adaptive"}, default="support"
+    cohort_undecided : {"adaptive", "support", "keep", "hold", "deviation", "hold_contested"}, default="adaptive"
         ``"cohort"`` only: a round that falls into parts apart while no cohort of the history holds more than
-        half of the bank's ids is decided by the ``"support"`` rule (the recent bank's groups of sketches;
-        ``max_groups`` applies), kept whole (``"keep"``), not aggregated at all (``"hold"``), or decided by the
-        deviation score on both sides (``"deviation"``, a candidate that failed its measurement, kept so that
-        it re-runs: the smaller part is rejected when its scores all lie above or all below the rest's and
-        further by ratio from the recent bank's median score, else everyone is kept; in a round the attackers
-        held it rejected the honest part, ``docs/results/gpu-paper``). Attackers apart only in the rounds they
-        hold (``majority_only``) are kept there with ``"keep"``; ``"hold"`` also holds the honest clients of
-        those rounds and of split clean non-IID rounds (``docs/results/cohort``). ``"hold_contested"``, a
-        candidate (``docs/results/contested``): as ``"support"``, but holds such a round when its coherent part
-        agrees at least ``STRONG_CUT`` and holds at least half of it (``fedlns_core._cohort.contested``), and
-        also a decided round whose two parts both vote negative; measured and not adopted (an attacker that agrees
-        weakly in the rounds it holds, ``majority_weak``, gets through it, and where the support rule decides such
-        rounds correctly, the ``cpu`` preset, holding them costs 5-8%). ``"adaptive"``, a candidate
-        (``docs/results/adaptive``): ``"support"`` where the recent bank's update sketches of different rounds agree
-        (median cosine at least ``fedlns_core._cohort.CONSISTENT_HISTORY``), else ``"hold_contested"``.
+        half of the bank's ids. ``"adaptive"`` (the default since ``docs/results/adaptive``): where the recent bank's
+        update sketches of different rounds agree (median cosine at least ``fedlns_core._cohort.CONSISTENT_HISTORY``,
+        0.15: honest updates share a direction from round to round, as in a model trained from scratch) as
+        ``"support"``, else (LoRA adapters, whose updates agree across rounds at chance) as ``"hold_contested"``.
+        ``"support"`` (the default before it): decided by the support rule (the recent bank's groups of sketches;
+        ``max_groups`` applies), which in the LoRA scenario keeps the one coherent group it finds, the attackers
+        of a round they hold. ``"hold_contested"``: as ``"support"``, but such a round is held when its coherent
+        part agrees at least ``STRONG_CUT`` and holds at least half of it (``fedlns_core._cohort.contested``), and
+        so is a decided round whose two parts both vote negative (``docs/results/contested``: in the ``cpu`` preset,
+        where the support rule decides such rounds correctly, holding them costs 5-8%). ``"keep"``: kept whole
+        (attackers apart only in the rounds they hold, ``majority_only``, are then kept there); ``"hold"``: not
+        aggregated at all, which also holds the honest clients of split clean non-IID rounds
+        (``docs/results/cohort``); ``"deviation"``, a candidate that failed its measurement, kept so that it
+        re-runs: the smaller part is rejected when its scores all lie above or all below the rest's and further by
+        ratio from the recent bank's median score, else everyone is kept (in a round the attackers held it rejected
+        the honest part, ``docs/results/gpu-paper``).
     cohort_cut : {"tree", "significant", "confirmed", "centered"}, default="confirmed"
         ``"cohort"`` only: which cuts of a round count. ``"tree"``: every group the average-linkage tree finds
         that is coherent and apart (``separation``). ``"significant"``: only a cut wider than the cut the tree
@@ -410,17 +411,17 @@ class FedLNS:
         ``"strong"``: ``"history"`` for weak cuts, ``"round"`` for a cut whose core agrees at mean cosine 0.5 or
         more (``fedlns_core._cohort.STRONG_CUT``): attackers that poison after an honest history (``sleeper``) cut
         strongly, the false cuts of honest clients weakly.
-    cohort_weight : {"unit", "coherence", "agreeing"}, default="unit"
-        ``"cohort"`` only: what a split round's edges weigh in the cohort graph. ``"unit"``: +1 and -1 whatever the
-        cut. ``"coherence"`` (a candidate, ``docs/results/cohort-weight``): the cut's core mean cosine within
-        (clipped to [0, 1]), so that the weak cuts the tree makes among honest clients that agree little (mean
-        cosine 0.1-0.25 within) weigh a fraction of a cut of attackers sending one direction (0.7-1.0), and a
-        group that wants light edges has to send updates that disagree with each other. ``"agreeing"`` (a candidate,
-        ``docs/results/cohort-agree``): a strong cut (core mean cosine 0.5 or more, ``STRONG_CUT``) weighs 1; a weak
-        one adds its edge only between two clients whose own cosine in the round agrees with it (same part and
-        above the round's median pair cosine, or different parts and below it), so that a weak cut of a few honest
-        clients against the rest does not join the attackers in the rest with the honest clients there
-        (``weak_core``).
+    cohort_weight : {"agreeing", "unit", "coherence"}, default="agreeing"
+        ``"cohort"`` only: what a split round's edges weigh in the cohort graph. ``"unit"`` (the default before
+        ``docs/results/adaptive``): +1 and -1 whatever the cut. ``"coherence"`` (a candidate,
+        ``docs/results/cohort-weight``): the cut's core mean cosine within (clipped to [0, 1]), so that the weak cuts
+        the tree makes among honest clients that agree little (mean cosine 0.1-0.25 within) weigh a fraction of a cut of
+        attackers sending one direction (0.7-1.0), and a group that wants light edges has to send updates that disagree
+        with each other. ``"agreeing"`` (the default, ``docs/results/cohort-agree``): a strong cut (core mean cosine 0.5
+        or more, ``STRONG_CUT``) weighs 1; a weak one adds its edge only between two clients whose own cosine in the
+        round agrees with it (same part and above the round's median pair cosine, or different parts and below it), so
+        that a weak cut of a few honest clients against the rest does not join the attackers in the rest with the honest
+        clients there (``weak_core``).
     quorum : float in [0, 1], default=0.0
         Every retain rule: a screened round whose kept clients are fewer than this share of its screened clients is
         held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the
@@ -488,10 +489,10 @@ class FedLNS:
         max_groups: int = 4,
         loud_separation: float = 6.0,
         cohort_decay: float = 0.9,
-        cohort_undecided: str = "support",
+        cohort_undecided: str = "adaptive",
         cohort_cut: str = "confirmed",
         cohort_vote: str = "round",
-        cohort_weight: str = "unit",
+        cohort_weight: str = "agreeing",
         quorum: float = 0.0,
         sketch_dim: int = 2048,
         clip: str | None = "median",

@@ -330,9 +330,9 @@ def test_the_round_vote_stays_the_default():
         FedLNS(cohort_vote="prior").validate_params()
 
 
-@pytest.mark.parametrize("weight", ["coherence", "agreeing"])
-def test_the_unit_weight_is_the_default_and_the_setting_is_checked_and_saved(tmp_path, weight):
-    assert FedLNS().cohort_weight == "unit"
+@pytest.mark.parametrize("weight", ["coherence", "unit"])
+def test_the_agreeing_weight_is_the_default_and_the_setting_is_checked_and_saved(tmp_path, weight):
+    assert FedLNS().cohort_weight == "agreeing" and FedLNS().cohort_undecided == "adaptive"
     with pytest.raises(ValueError, match="cohort_weight"):
         FedLNS(cohort_weight="within").validate_params()
     screener = FedLNS(cohort_weight=weight)
@@ -778,4 +778,3 @@ def test_support_fallback_decides_an_open_round_as_the_support_rule_would():
             results[undecided] = screener.screen(global_params, clients, {i: 10 for i in clients})
     assert results["support"].active and set(results["support"].retained) == set(range(6, 10))
     assert results["support"].rejected == results["keep"].rejected  # the support rule's decision
-    assert FedLNS().cohort_undecided == "support"

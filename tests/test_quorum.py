@@ -48,7 +48,7 @@ def test_quorum_holds_exactly_the_rounds_the_screen_cuts_below_it(quorum, fracti
 def test_quorum_holds_the_round_the_attackers_hold_and_says_why(tmp_path):
     """The attackers hold the round (6 of 10); the support fallback keeps the 4 honest clients, fewer than half."""
     global_params, rounds = _undecided_rounds(5)
-    screener = FedLNS(activation_threshold=20, random_state=0, quorum=0.5)
+    screener = FedLNS(activation_threshold=20, random_state=0, quorum=0.5, cohort_undecided="support")
     for clients in rounds:
         result = screener.screen(global_params, clients, {i: 10 for i in clients})
     assert result.active and result.held and result.retained == ()
@@ -58,7 +58,7 @@ def test_quorum_holds_the_round_the_attackers_hold_and_says_why(tmp_path):
     assert "held:" in result.explain() and result.to_dict()["held"] is True
     screener.save(tmp_path / "screener.npz")
     assert FedLNS.load(tmp_path / "screener.npz").quorum == 0.5
-    at_four = FedLNS(activation_threshold=20, random_state=0, quorum=0.4)  # 4 of 10 is not fewer than 0.4 of them
+    at_four = FedLNS(activation_threshold=20, random_state=0, quorum=0.4, cohort_undecided="support")  # 4 of 10 is not fewer than 0.4 of them
     for clients in rounds:
         result = at_four.screen(global_params, clients, {i: 10 for i in clients})
     assert not result.held and sorted(result.retained) == [6, 7, 8, 9]

@@ -108,12 +108,12 @@ DEFAULT_METHOD_KEYS = (
     "cohort_weight",
     "quorum",
 )
-#: Of those, the ones a run of another method may not change (the other two keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote", "cohort_weight", "quorum")
+#: Of those, the ones a run of another method may not change (the others keep their archived values: LEGACY).
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote", "quorum")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
-LEGACY = {"default_rule": "support", "cohort_undecided": "keep", "cohort_cut": "tree"}
+LEGACY = {"default_rule": "support", "cohort_undecided": "keep", "cohort_cut": "tree", "cohort_weight": "unit"}
 
 
 def experiment_fields(config_dict: dict) -> dict:
@@ -209,15 +209,16 @@ class Config:
     default_rule: str = "cohort"  # what fedlns_default ran: cohort (FedLNS.for_federation's choice today) |
     # support (every run archived before the cohort rule: LEGACY; the report
     # shows them as fedlns_support, the method that runs that rule now)
-    cohort_undecided: str = "support"  # fedlns_default's FedLNS(cohort_undecided=...): support | keep | hold |
-    # deviation (keep for runs archived before the setting: LEGACY)
+    cohort_undecided: str = "adaptive"  # fedlns_default's FedLNS(cohort_undecided=...): adaptive (its default) |
+    # support (its default before) | keep (runs archived before the setting: LEGACY) | hold | deviation | hold_contested
     cohort_cut: str = "confirmed"  # fedlns_default's FedLNS(cohort_cut=...): confirmed (its default) | tree (every run
     # archived before it: LEGACY) | significant | centered (a candidate); also what cut_blend and half_blend attack,
     # so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
     cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
-    cohort_weight: str = "unit"  # fedlns_default's FedLNS(cohort_weight=...): unit (its default) | coherence | agreeing
+    cohort_weight: str = "agreeing"  # fedlns_default's FedLNS(cohort_weight=...): agreeing (its default) | unit (its
+    # default before: runs archived before it, LEGACY) | coherence
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
 
     @property
