@@ -6,7 +6,8 @@
 #
 # Usage: bash scripts/results_adaptive.sh [RUNS_DIR]   (default runs/adaptive)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or lora, A-D's
-# LoRA cells, or cpu, the rest: two sweeps of about equal length that can run side by side).
+# LoRA cells, or cpu, the rest: two sweeps of about equal length that can run side by side; or matrix, the follow-up
+# with FedLNS() as it ships now, FAMILIES "gpt llama" by default, one family a sweep to split it).
 set -euo pipefail
 runs="${1:-runs/adaptive}"
 # shellcheck source=scripts/lora_cells.sh
@@ -43,8 +44,19 @@ cpu() {
   lora_sweep gpt iid 0.4 800 weak_core --methods fedlns_default "${candidate[@]}"   # G
   lora_sweep llama iid 0.4 800 majority_weak --methods fedlns_default "${candidate[@]}"
 }
+matrix() {  # the follow-up (PLAN.md): the LoRA matrix's GPT and LLaMA cells at seed 200, FedLNS() as it ships now
+  local family fraction
+  for family in ${FAMILIES:-gpt llama}; do
+    for fraction in 0.4 0.2; do
+      lora_sweep "$family" iid,noniid "$fraction" 200 target_corruption,backdoor,ipm,alie,lora_quiet,lora_band \
+        --methods fedlns_default
+    done
+    lora_sweep "$family" iid,noniid 0 200 none --methods fedlns_default
+  done
+}
 case "$part" in
   lora) lora ;;
   cpu) cpu ;;
+  matrix) matrix ;;
   *) lora && cpu ;;
 esac
