@@ -6,14 +6,20 @@ Reads the study's runs (``scripts/results_adaptive.sh``) and the contested study
 first, then the folders its table reads): its ``hold_contested`` runs are what G compares with and, with its default's
 and FedAvg's runs of A-C, what criterion 5 reads beside this study's.
 
+With ``--matrix`` the follow-up instead: ``FedLNS()`` as it ships now on the LoRA matrix's cells at seed 200 (NEW,
+the runs of ``PART=matrix``) against the previous settings' runs of the same cells (OLD:
+``docs/results/confirmed-cut/lora-matrix``, its ``cohort_cut="confirmed"`` runs).
+
 Usage: python scripts/adaptive_table.py STUDY CONTESTED [MORE ...]
+       python scripts/adaptive_table.py --matrix NEW OLD
 """
 
 from __future__ import annotations
 
 import sys
 
-from cohort_vote_table import rates, text, worse  # scripts/, beside this one
+from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
+from cohort_vote_table import rates, text, worse
 from cohort_weight_table import only
 from contested_table import KNOWN
 from contested_table import gather as gather_cells
@@ -111,7 +117,60 @@ def checks_of(cells: dict, contested: dict) -> dict[str, list[tuple[str, bool]]]
     return checks
 
 
+def matrix(new: str, old: str) -> int:
+    """The follow-up's table and criteria: each LoRA cell's run of the new settings beside the previous settings'."""
+
+    def keep(run: dict) -> bool:
+        config = run["config"]
+        return (
+            run["method"] == "fedlns_default"
+            and config.get("peft") == "lora"
+            and config.get("cohort_cut") == "confirmed"
+            and (config.get("cohort_weight", "unit"), config.get("cohort_undecided"))
+            in (("unit", "support"), ("agreeing", "adaptive"))
+        )
+
+    cells = gather_runs([new, old], setting="cohort_undecided", default="support", keep=keep)
+    checks, add = checklist()
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only.\n")
+    print(
+        "| family | partition | malicious | attack | previous | now | TPR / FPR previous | now | attackers only: previous | now |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|---:|---|---|")
+    for key in sorted(cells):
+        family, partition, fraction, attack, _ = key
+        now, before = cells[key].get("adaptive"), cells[key].get("support")
+        if now is None:
+            continue
+        name = f"{family} {partition} {fraction:.0%} {attack}"
+        print(
+            f"| {family} | {partition} | {fraction:.0%} | {attack} | {text(before)} | {text(now)} | {rates(before)} | "
+            f"{rates(now)} | {only(before)} | {only(now)} |"
+        )
+        if before is None:
+            add("every cell has the previous settings' run", f"{name}: missing", False)
+            continue
+        add("within 1% of the previous settings", f"{name}: {worse(now, before):+.1%}", worse(now, before) <= 0.01)
+        add(
+            "no round of attackers only where the previous settings have none",
+            f"{name}: now {only(now)}, previous {only(before)}",
+            not (now["attackers_only_rounds"] and not before["attackers_only_rounds"]),
+        )
+        if fraction == 0.4 and attack == "target_corruption":
+            found = detection_rates(now["tp"], now["fp"], now["fn"], now["tn"])
+            add(
+                "target corruption at 40%: TPR >= 0.95 and FPR <= 0.05",
+                f"{name}: {rates(now)}",
+                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
+            )
+    print("\n## The follow-up's criteria\n")
+    print_checks(checks)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--matrix"] and len(argv) == 3:
+        return matrix(argv[1], argv[2])
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
