@@ -21,7 +21,7 @@ import sys
 from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
 from cohort_vote_table import rates, text, worse
 from cohort_weight_table import only
-from contested_table import KNOWN
+from contested_table import KNOWN, attack_checks, default_checks
 from contested_table import gather as gather_cells
 from lora_matrix_table import checklist, print_checks
 
@@ -51,7 +51,7 @@ def checks_of(cells: dict, contested: dict) -> dict[str, list[tuple[str, bool]]]
     for key in sorted(cells):
         preset, family, partition, fraction, attack, seed = key
         cell = cells[key]
-        ours, default, fedavg = cell.get("candidate"), cell.get("default"), cell.get("fedavg")
+        ours, fedavg = cell.get("candidate"), cell.get("fedavg")
         name = f"{preset} {family} {partition} {fraction:.0%} {attack} seed {seed}"
         if ours is None:
             continue
@@ -63,41 +63,9 @@ def checks_of(cells: dict, contested: dict) -> dict[str, list[tuple[str, bool]]]
         if attack in AGAINST and (preset == "lora" or attack == "majority_drift"):  # A-D; F's cpu majority_only: 3
             attacked[key] = cell
             test = "1. under weak_core, majority_only, majority_weak and majority_drift"
-            add(
-                f"{test}, no round of attackers only", f"{name}: rounds {only(ours)}", not ours["attackers_only_rounds"]
-            )
-            gap = "no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"
-            add(
-                f"{test}, at most 1% above FedAvg", f"{name}: {gap}", fedavg is not None and worse(ours, fedavg) <= 0.01
-            )
-            continue
-        if default is None:
-            add("every cell has the default's run", f"{name}: missing", False)
-            continue
-        if preset == "lora" and attack == "target_corruption":
-            found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
-            add(
-                "2. target corruption: TPR >= 0.95 and FPR <= 0.05",
-                f"{name}: {rates(ours)}",
-                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
-            )
-            add(
-                "2. target corruption: at most 1% above the default",
-                f"{name}: {worse(ours, default):+.1%}",
-                worse(ours, default) <= 0.01,
-            )
-            continue
-        add(
-            "3. no regression: at most 1% above the default",
-            f"{name}: {worse(ours, default):+.1%}",
-            worse(ours, default) <= 0.01,
-        )
-        if fraction > 0:
-            add(
-                "3. no regression: no round of attackers only where the default has none",
-                f"{name}: candidate {only(ours)}, default {only(default)}",
-                not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
-            )
+            attack_checks(add, test, name, ours, fedavg)
+        else:
+            default_checks(add, name, cell, preset == "lora" and attack == "target_corruption", fraction)
     for key, cell in contested.items():
         if key[0] == "lora" and key[4] in AGAINST[:3] and key[1:] not in KNOWN and "candidate" in cell:
             attacked.setdefault(key, cell)

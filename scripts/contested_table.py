@@ -47,52 +47,61 @@ def gather(sources: list[str], undecided: str = "hold_contested") -> dict:
     return {key: {names.get(method, method): run for method, run in cell.items()} for key, cell in cells.items()}
 
 
+def attack_checks(add, test: str, name: str, ours: dict, fedavg: dict | None) -> None:
+    """Criterion 1 of a cell under an attack written against the candidate: no round of attackers only, at most 1%
+    above FedAvg."""
+    add(f"{test}, no round of attackers only", f"{name}: rounds {only(ours)}", not ours["attackers_only_rounds"])
+    gap = "no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"
+    add(f"{test}, at most 1% above FedAvg", f"{name}: {gap}", fedavg is not None and worse(ours, fedavg) <= 0.01)
+
+
+def default_checks(add, name: str, cell: dict, lora_target_corruption: bool, fraction: float) -> None:
+    """Criteria 2 (LoRA target corruption: the detection targets, within 1% of the default) and 3 (elsewhere: within
+    1% of the default, no new round of attackers only) of a cell's candidate run."""
+    ours, default = cell["candidate"], cell.get("default")
+    if default is None:
+        add("every cell has the default's run", f"{name}: missing", False)
+        return
+    if lora_target_corruption:
+        found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
+        add(
+            "2. target corruption: TPR >= 0.95 and FPR <= 0.05",
+            f"{name}: {rates(ours)}",
+            found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
+        )
+        add(
+            "2. target corruption: at most 1% above the default",
+            f"{name}: {worse(ours, default):+.1%}",
+            worse(ours, default) <= 0.01,
+        )
+        return
+    add(
+        "3. no regression: at most 1% above the default",
+        f"{name}: {worse(ours, default):+.1%}",
+        worse(ours, default) <= 0.01,
+    )
+    if fraction > 0:
+        add(
+            "3. no regression: no round of attackers only where the default has none",
+            f"{name}: candidate {only(ours)}, default {only(default)}",
+            not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
+        )
+
+
 def checks_of(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     checks, add = checklist()
     for key in sorted(cells):
         preset, family, partition, fraction, attack, seed = key
         cell = cells[key]
-        ours, default, fedavg = cell.get("candidate"), cell.get("default"), cell.get("fedavg")
         name = f"{preset} {family} {partition} {fraction:.0%} {attack} seed {seed}"
-        if ours is None or key[1:] in KNOWN:
+        if cell.get("candidate") is None or key[1:] in KNOWN:
             continue
         if preset == "lora" and attack in AGAINST:
-            test = "1. under weak_core, majority_only and majority_weak"
-            add(
-                f"{test}, no round of attackers only", f"{name}: rounds {only(ours)}", not ours["attackers_only_rounds"]
+            attack_checks(
+                add, "1. under weak_core, majority_only and majority_weak", name, cell["candidate"], cell.get("fedavg")
             )
-            gap = "no FedAvg run" if fedavg is None else f"{worse(ours, fedavg):+.1%}"
-            add(
-                f"{test}, at most 1% above FedAvg", f"{name}: {gap}", fedavg is not None and worse(ours, fedavg) <= 0.01
-            )
-            continue
-        if default is None:
-            add("every cell has the default's run", f"{name}: missing", False)
-            continue
-        if preset == "lora" and attack == "target_corruption":
-            found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
-            add(
-                "2. target corruption: TPR >= 0.95 and FPR <= 0.05",
-                f"{name}: {rates(ours)}",
-                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
-            )
-            add(
-                "2. target corruption: at most 1% above the default",
-                f"{name}: {worse(ours, default):+.1%}",
-                worse(ours, default) <= 0.01,
-            )
-            continue
-        add(
-            "3. no regression: at most 1% above the default",
-            f"{name}: {worse(ours, default):+.1%}",
-            worse(ours, default) <= 0.01,
-        )
-        if fraction > 0:
-            add(
-                "3. no regression: no round of attackers only where the default has none",
-                f"{name}: candidate {only(ours)}, default {only(default)}",
-                not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
-            )
+        else:
+            default_checks(add, name, cell, preset == "lora" and attack == "target_corruption", fraction)
     return checks
 
 
