@@ -1,6 +1,7 @@
 # Sourced by the LoRA-scenario study scripts: the scenario's settings (adapters only, the matrix's learning rates),
-# the simulator (FEDLNS_SIM, default .venv/bin/fedlns-sim), the parts to run (PART, default all) and one sweep of one
-# cell. The sourcing script sets runs (the runs folder) and may add to common (sweep options for every run).
+# the simulator (FEDLNS_SIM, default .venv/bin/fedlns-sim), the parts to run (PART, default all), one sweep of one
+# cell and a study's pair of sweeps of one cell. The sourcing script sets runs (the runs folder) and candidate (its
+# settings) and may add to common (sweep options for every run).
 
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
 common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set peft_norms=false --set signature=auto --no-references)
@@ -19,7 +20,18 @@ lora_sweep() {
   "$sim" sweep "${args[@]}" "$@"
 }
 
-# seed_cells SEED [ATTACK...]: cohort-weight/seeds' cells at one seed through the sourcing script's cell(), PART
+# FedLNS() as it shipped before docs/results/adaptive made cohort_weight="agreeing" and cohort_undecided="adaptive" its
+# defaults: what the studies below measured their candidates against, pinned so that they re-run (and resume) as made.
+previous=(--set cohort_weight=unit --set cohort_undecided=support)
+
+# cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: one cell's previous default (and METHODS) and the sourcing
+# script's candidate (its `candidate` array: the settings it changes from the previous default).
+cell() {
+  lora_sweep "${@:1:5}" --methods "fedlns_default${6:+,$6}" "${previous[@]}"
+  lora_sweep "${@:1:5}" --methods fedlns_default "${previous[@]}" "${candidate[@]}"
+}
+
+# seed_cells SEED [ATTACK...]: cohort-weight/seeds' cells at one seed through cell(), PART
 # choosing attacks, regression or both; each ATTACK runs beside weak_core (40% IID, with FedAvg) on every family.
 seed_cells() {
   local seed="$1" family attack

@@ -13,16 +13,12 @@ runs="${1:-runs/adaptive}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
 candidate=(--set cohort_weight=agreeing --set cohort_undecided=adaptive)
-cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
-  lora_sweep "${@:1:5}" --methods "fedlns_default${6:+,$6}"
-  lora_sweep "${@:1:5}" --methods fedlns_default "${candidate[@]}"
-}
 cpu_cell() {  # cpu_cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
   local args=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families "$1"
     --partitions "$2" --fractions "$3" --seeds "$4" --no-references)
   [ "$3" = 0 ] || args+=(--attacks "$5")
-  "$sim" sweep "${args[@]}" --methods "fedlns_default${6:+,$6}"
-  "$sim" sweep "${args[@]}" --methods fedlns_default "${candidate[@]}"
+  "$sim" sweep "${args[@]}" --methods "fedlns_default${6:+,$6}" "${previous[@]}"
+  "$sim" sweep "${args[@]}" --methods fedlns_default "${previous[@]}" "${candidate[@]}"
 }
 
 lora() {

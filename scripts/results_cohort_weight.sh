@@ -12,10 +12,7 @@ runs="${1:-runs/cohort-weight}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
 common+=(--set cohort_cut=tree)
-cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
-  lora_sweep "${@:1:5}" --methods "fedlns_default${6:+,$6}"
-  lora_sweep "${@:1:5}" --methods fedlns_default --set cohort_weight=coherence
-}
+candidate=(--set cohort_weight=coherence)
 
 if [ "$part" = all ] || [ "$part" = attacks ]; then
   # A. Against it: weak_core (written for it) with FedAvg; the attacks written against the history.

@@ -10,9 +10,6 @@ set -euo pipefail
 runs="${1:-runs/cohort-weight-seeds}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
-cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
-  lora_sweep "${@:1:5}" --methods "fedlns_default${6:+,$6}"
-  lora_sweep "${@:1:5}" --methods fedlns_default --set cohort_weight=coherence
-}
+candidate=(--set cohort_weight=coherence)
 
 for seed in ${SEEDS:-400 500}; do seed_cells "$seed"; done

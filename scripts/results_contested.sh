@@ -13,16 +13,12 @@ runs="${1:-runs/contested}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
 candidate=(--set cohort_weight=agreeing --set cohort_undecided=hold_contested)
-cell() {  # cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
-  lora_sweep "${@:1:5}" --methods "fedlns_default${6:+,$6}"
-  lora_sweep "${@:1:5}" --methods fedlns_default "${candidate[@]}"
-}
 cpu_cell() {  # cpu_cell PARTITION FRACTION ATTACK: GPT from scratch at seed 800, the default and the candidate
   local args=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families gpt
     --partitions "$1" --fractions "$2" --seeds 800 --methods fedlns_default --no-references)
   [ "$2" = 0 ] || args+=(--attacks "$3")
-  "$sim" sweep "${args[@]}"
-  "$sim" sweep "${args[@]}" "${candidate[@]}"
+  "$sim" sweep "${args[@]}" "${previous[@]}"
+  "$sim" sweep "${args[@]}" "${previous[@]}" "${candidate[@]}"
 }
 
 first() {
