@@ -740,14 +740,14 @@ class FedLNS:
         if settings["retain_rule"] == "cohort" and canonical:
             #    The cohort rule learns from every round, warm-up included; it decides only once active.
             assert scores is not None  # computed for every sketching rule
-            bank_rows = refresh._block(slice(width + sketch_dim, width + sketch_dim + 2)).T  # (B, 2)
+            bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T  # (B, k + 2): sketches, stamp, score
             cohort = cohort_rule(
                 scores,
                 signatures[:, width:-2],
                 canonical,
                 self._cohort,
-                bank_rows[:, 0],
-                bank_rows[:, 1],
+                bank_rows[:, -2],
+                bank_rows[:, -1],
                 recent=max(settings["activation_threshold"], 3),
                 separation=settings["separation"],
                 loud_separation=settings["loud_separation"],
@@ -757,11 +757,7 @@ class FedLNS:
                 vote=settings["cohort_vote"],
                 weight=settings["cohort_weight"],
                 decide=not warming_up,
-                bank_sketches=(
-                    refresh._block(slice(width, width + sketch_dim)).T
-                    if settings["cohort_undecided"] == "adaptive"
-                    else None
-                ),
+                bank_sketches=bank_rows[:, :-2],
             )
         if warming_up:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
@@ -794,7 +790,8 @@ class FedLNS:
                     reasons = [f"screened: {reason}" if reason else "" for reason in cohort.reasons]
                     support = dict(zip(canonical, cohort.support.tolist()))
                 elif supporting:  # the support rule, or the cohort rule's fallback for a round it cannot decide
-                    bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T  # (B, k + 2)
+                    if cohort is None:  # the support rule itself (the cohort rule's fallback has them)
+                        bank_rows = refresh._block(slice(width, width + sketch_dim + 2)).T  # (B, k + 2)
                     own = np.array([refresh.slots.get(client_id, -1) for client_id in canonical])
                     outcome = support_rule(
                         scores,

@@ -662,10 +662,10 @@ def test_history_agreement_reads_earlier_rounds_of_the_recent_bank_only():
     assert history_agreement(bank, stamps, 40) < 0.4  # with the oldest round (chance): more pairs at 0
     assert np.isnan(history_agreement(bank[10:30], stamps[10:30], 20))  # one earlier round: no pair
     with pytest.raises(ValueError, match="needs the bank's sketches"):
-        cohort_rule_needing_sketches()
+        _adaptive_without_sketches()
 
 
-def cohort_rule_needing_sketches():
+def _adaptive_without_sketches():
     from fedlns_core._cohort import cohort_rule
 
     rows = _round_sketches([0, 1, 2, 3, 4, 5], [6, 7, 8, 9], 0.9)
