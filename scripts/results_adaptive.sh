@@ -7,12 +7,14 @@
 # Usage: bash scripts/results_adaptive.sh [RUNS_DIR]   (default runs/adaptive)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or lora, A-D's
 # LoRA cells, or cpu, the rest: two sweeps of about equal length that can run side by side; or matrix, the follow-up
-# with FedLNS() as it ships now, FAMILIES "gpt llama" by default, one family a sweep to split it).
+# with FedLNS() as it ships now, FAMILIES "gpt llama" by default, one family a sweep to split it; or seed100 and
+# bert20, follow-up 2: FAMILIES as for matrix, PARTITIONS "iid noniid" by default).
 set -euo pipefail
 runs="${1:-runs/adaptive}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
 candidate=(--set cohort_weight=agreeing --set cohort_undecided=adaptive)
+ATTACKS=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band  # the LoRA matrix's six
 cpu_cell() {  # cpu_cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
   local args=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families "$1"
     --partitions "$2" --fractions "$3" --seeds "$4" --no-references)
@@ -44,15 +46,30 @@ matrix() {  # the follow-up (PLAN.md): the LoRA matrix's GPT and LLaMA cells at 
   local family fraction
   for family in ${FAMILIES:-gpt llama}; do
     for fraction in 0.4 0.2; do
-      lora_sweep "$family" iid,noniid "$fraction" 200 target_corruption,backdoor,ipm,alie,lora_quiet,lora_band \
-        --methods fedlns_default
+      lora_sweep "$family" iid,noniid "$fraction" 200 "$ATTACKS" --methods fedlns_default
     done
     lora_sweep "$family" iid,noniid 0 200 none --methods fedlns_default
   done
+}
+seed100() {  # follow-up 2 (PLAN.md): GPT and LLaMA at seed 100, FedAvg and FedLNS() as it ships now, on this machine
+  local family fraction
+  for family in ${FAMILIES:-gpt llama}; do
+    for fraction in 0.4 0.2; do
+      lora_sweep "$family" iid,noniid "$fraction" 100 "$ATTACKS" --methods fedavg,fedlns_default
+    done
+    lora_sweep "$family" iid,noniid 0 100 none --methods fedavg,fedlns_default
+    lora_sweep "$family" iid,noniid 0.4 100 target_corruption --methods oracle
+  done
+}
+bert20() {  # follow-up 2: BERT at seed 100 and 20%, FedLNS() as it ships now
+  local partition
+  for partition in ${PARTITIONS:-iid noniid}; do lora_sweep bert "$partition" 0.2 100 "$ATTACKS" --methods fedlns_default; done
 }
 case "$part" in
   lora) lora ;;
   cpu) cpu ;;
   matrix) matrix ;;
+  seed100) seed100 ;;
+  bert20) bert20 ;;
   *) lora && cpu ;;
 esac
