@@ -2,17 +2,20 @@
 # docs/results/confirmed-cut: FedLNS(cohort_cut="confirmed") beside the default on the cells of its PLAN.md.
 # Resumable (finished runs are skipped).
 # Usage: bash scripts/results_confirmed_cut.sh RUNS [STEP]; STEP one of quick, lora, blend, cpu, matrix, lora-matrix,
-# lora-matrix-bert, cohort, lora-matrix-bert-seeds, side-join, all (the default)
+# lora-matrix-bert, cohort, lora-matrix-bert-seeds, side-join, all (the default). Environment: FEDLNS_SIM (default
+# .venv/bin/fedlns-sim).
 set -euo pipefail
 runs="${1:?usage: results_confirmed_cut.sh RUNS [STEP] (the steps: see the first lines)}"
 step="${2:-all}"
-sim=".venv/bin/fedlns-sim"
-common=(--jobs 2 --no-progress)
+sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
+# FedLNS() as it shipped when these runs were made (the unit weight, the support fallback), pinned so that the script
+# re-runs and resumes them as made after the defaults changed; each step sets the cut it measures.
+common=(--jobs 2 --no-progress --set cohort_weight=unit --set cohort_undecided=support)
 frozen=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto)  # lora-matrix's frozen/ payload
 
 if [[ $step == quick || $step == all ]]; then  # full-model training from scratch, the quickstart's setting
   quick=(--preset quick "${common[@]}" --families gpt,bert,llama --partitions iid --fractions 0.4 --seeds 100,200,300)
-  "$sim" sweep "${quick[@]}" --methods fedavg,fedlns_default --out "$runs/quick"
+  "$sim" sweep "${quick[@]}" --methods fedavg,fedlns_default --set cohort_cut=tree --out "$runs/quick"
   "$sim" sweep "${quick[@]}" --methods fedlns_default --no-references --set cohort_cut=confirmed --out "$runs/quick"
 fi
 

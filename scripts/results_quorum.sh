@@ -11,7 +11,8 @@ set -euo pipefail
 runs="${1:-runs/quorum}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
-run() { lora_sweep "${@:1:5}" --methods "$6" "${@:7}"; }  # run FAMILY PARTITION FRACTION SEED ATTACK METHODS [...]
+# run FAMILY PARTITION FRACTION SEED ATTACK METHODS [...]: with the defaults these runs were made with (previous)
+run() { lora_sweep "${@:1:5}" --methods "$6" "${previous[@]}" "${@:7}"; }
 candidate() { run "$@" fedlns_default --set quorum=0.5; }  # candidate FAMILY PARTITION FRACTION SEED ATTACK
 both() { run "$@" fedlns_default; candidate "$@"; }        # the default and the candidate
 
