@@ -191,3 +191,26 @@ def test_archive_refuses_an_archived_run_without_records(tmp_path):
         from fedlns_sim.archive import archive
 
         archive(results, tmp_path / "again")
+
+
+def test_check_study_names_finds_the_archived_runs_a_command_no_longer_names(tmp_path, capsys):
+    # scripts/check_study_names.py: a study command's sweeps, run by a stand-in that only names their runs, against
+    # the run names a results folder holds; a setting the command changes since renames (only) the runs it reaches.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+    import check_study_names
+
+    command = ["bash", "-c", '"$FEDLNS_SIM" sweep --preset smoke --families gpt --methods fedavg,fedlns_default '
+               f'--seeds 100 --fractions 0.4 --no-references --out {tmp_path / "unused"} "$@"', "study"]
+    names, status = check_study_names.named_runs(command)
+    assert status == 0 and len(names) == 2 and not (tmp_path / "unused").exists()
+    for name in names:                                           # a results folder holding those runs
+        (tmp_path / "results" / name).mkdir(parents=True)
+        (tmp_path / "results" / name / "config.json").write_text("{}")
+    assert check_study_names.main([str(tmp_path / "results"), "--", *command]) == 0
+    assert "2 of 2 archived runs named" in capsys.readouterr().out
+    assert check_study_names.main([str(tmp_path / "results"), "--", *command, "--set", "cohort_cut=tree"]) == 1
+    out = capsys.readouterr().out
+    assert "1 of 2 archived runs named" in out                  # FedAvg's run does not read the cut
+    assert "not named: gpt-iid-mal40-fedlns_default-" in out
+    assert check_study_names.main([str(tmp_path / "results")]) == 2
