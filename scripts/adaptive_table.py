@@ -10,8 +10,13 @@ With ``--matrix`` the follow-up instead: ``FedLNS()`` as it ships now on the LoR
 the runs of ``PART=matrix``) against the previous settings' runs of the same cells (OLD:
 ``docs/results/confirmed-cut/lora-matrix``, its ``cohort_cut="confirmed"`` runs).
 
+With ``--seed100`` follow-up 2: ``FedLNS()`` as it ships now at seed 100 against FedAvg of the same machine (NEW,
+the runs of ``PART=seed100`` and ``PART=bert20``), the issue's targets per cell, beside the previous settings' runs of
+the LoRA matrix (MATRIX: ``docs/results/lora-matrix/frozen``, which also gives BERT's FedAvg).
+
 Usage: python scripts/adaptive_table.py STUDY CONTESTED [MORE ...]
        python scripts/adaptive_table.py --matrix NEW OLD
+       python scripts/adaptive_table.py --seed100 NEW MATRIX
 """
 
 from __future__ import annotations
@@ -136,9 +141,87 @@ def matrix(new: str, old: str) -> int:
     return 0
 
 
+def recovery(run: dict, fedavg: dict, oracle: dict) -> tuple[float, float]:
+    """(FedAvg - run) / (FedAvg - oracle) at the best checkpoint and over the last 10 rounds."""
+    return tuple(  # type: ignore[return-value]
+        (fedavg[k] - run[k]) / (fedavg[k] - oracle[k]) for k in ("perplexity", "last10_perplexity")
+    )
+
+
+def seed100(new: str, frozen: str) -> int:
+    """Follow-up 2's table and the issue's targets: each cell's run of FedLNS() as it ships, against FedAvg."""
+
+    def now(run: dict) -> bool:
+        config = run["config"]
+        return run["seed"] == 100 and (
+            run["method"] != "fedlns_default"
+            or (config.get("cohort_weight"), config.get("cohort_undecided")) == ("agreeing", "adaptive")
+        )
+
+    def before(run: dict) -> bool:  # the matrix's FedLNS() (the previous settings), FedAvg and the references
+        config = run["config"]
+        return run["seed"] == 100 and (
+            run["method"] != "fedlns_default"
+            or (
+                config.get("cohort_undecided", "support") == "support" and config.get("cohort_weight", "unit") == "unit"
+            )
+        )
+
+    cells = gather_runs([new], setting="cohort_undecided", default="support", keep=now)
+    matrix = gather_runs([frozen], setting="cohort_undecided", default="support", keep=before)
+    checks, add = checklist()
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. FedAvg and")
+    print("FedLNS() now: this machine's runs (BERT's FedAvg: the matrix's, made here too); previous: the matrix's.\n")
+    print(
+        "| family | partition | malicious | attack | FedAvg | **now** | vs FedAvg | previous | TPR / FPR now "
+        "| previous | attackers only: now | previous |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for key in sorted(cells):
+        family, partition, fraction, attack, _ = key
+        ours = cells[key].get("adaptive")
+        if ours is None:
+            continue
+        fedavg = cells[key].get("fedavg") or matrix.get(key, {}).get("fedavg")
+        if fraction == 0:
+            fedavg = cells[key].get("clean") or matrix.get(key, {}).get("clean")
+        previous = matrix.get(key, {}).get("support")
+        name = f"{family} {partition} {fraction:.0%} {attack}"
+        excess = "-" if fedavg is None else f"{worse(ours, fedavg):+.1%}"
+        print(
+            f"| {family} | {partition} | {fraction:.0%} | {attack} | {text(fedavg)} | **{text(ours)}** | {excess} | "
+            f"{text(previous)} | {rates(ours)} | {rates(previous)} | {only(ours)} | {only(previous)} |"
+        )
+        if fedavg is None:
+            add("every cell has FedAvg's run", f"{name}: missing", False)
+            continue
+        test = "3. without attackers, at most 1% above FedAvg" if fraction == 0 else "1. at most 1% above FedAvg"
+        add(test, f"{name}: {worse(ours, fedavg):+.1%}", worse(ours, fedavg) <= 0.01)
+        add("2. no round of attackers only", f"{name}: {only(ours)}", not ours["attackers_only_rounds"])
+        if fraction == 0.4 and attack == "target_corruption":
+            found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
+            add("4. target corruption at 40%: TPR >= 0.95", f"{name}: {found['tpr']:.2f}", found["tpr"] >= 0.95)
+            add("4. target corruption at 40%: FPR <= 0.05", f"{name}: {found['fpr']:.3f}", found["fpr"] <= 0.05)
+            oracle = cells.get((family, partition, fraction, "-", 100), {}).get("oracle")
+            if oracle is None:
+                add("4. target corruption at 40%: recovery >= 0.9", f"{name}: no oracle run", False)
+            else:
+                best, last = recovery(ours, fedavg, oracle)
+                add(
+                    "4. target corruption at 40%: recovery >= 0.9 (best / last 10)",
+                    f"{name}: {best:.2f} / {last:.2f} (oracle {text(oracle)})",
+                    min(best, last) >= 0.9,
+                )
+    print("\n## The follow-up's criteria\n")
+    print_checks(dict(sorted(checks.items())))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--matrix"] and len(argv) == 3:
         return matrix(argv[1], argv[2])
+    if argv[:1] == ["--seed100"] and len(argv) == 3:
+        return seed100(argv[1], argv[2])
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
