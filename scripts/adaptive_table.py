@@ -30,7 +30,7 @@ from contested_table import KNOWN, attack_checks, default_checks
 from contested_table import gather as gather_cells
 from lora_matrix_table import checklist, print_checks
 
-from fedlns_sim.report.stats import detection_rates
+from fedlns_sim.report.stats import detection_rates, recovery
 
 AGAINST = ("weak_core", "majority_only", "majority_weak", "majority_drift")  # the plan's A-D
 IDENTITY = {("lora", "gpt", "iid", 0.4, "weak_core", 800), ("lora", "llama", "iid", 0.4, "majority_weak", 800)}  # G
@@ -141,13 +141,6 @@ def matrix(new: str, old: str) -> int:
     return 0
 
 
-def recovery(run: dict, fedavg: dict, oracle: dict) -> tuple[float, float]:
-    """(FedAvg - run) / (FedAvg - oracle) at the best checkpoint and over the last 10 rounds."""
-    return tuple(  # type: ignore[return-value]
-        (fedavg[k] - run[k]) / (fedavg[k] - oracle[k]) for k in ("perplexity", "last10_perplexity")
-    )
-
-
 def seed100(new: str, frozen: str) -> int:
     """Follow-up 2's table and the issue's targets: each cell's run of FedLNS() as it ships, against FedAvg."""
 
@@ -182,9 +175,8 @@ def seed100(new: str, frozen: str) -> int:
         ours = cells[key].get("adaptive")
         if ours is None:
             continue
-        fedavg = cells[key].get("fedavg") or matrix.get(key, {}).get("fedavg")
-        if fraction == 0:
-            fedavg = cells[key].get("clean") or matrix.get(key, {}).get("clean")
+        reference = "clean" if fraction == 0 else "fedavg"  # FedAvg of the cell: this machine's, else the matrix's
+        fedavg = cells[key].get(reference) or matrix.get(key, {}).get(reference)
         previous = matrix.get(key, {}).get("support")
         name = f"{family} {partition} {fraction:.0%} {attack}"
         excess = "-" if fedavg is None else f"{worse(ours, fedavg):+.1%}"
@@ -206,7 +198,7 @@ def seed100(new: str, frozen: str) -> int:
             if oracle is None:
                 add("4. target corruption at 40%: recovery >= 0.9", f"{name}: no oracle run", False)
             else:
-                best, last = recovery(ours, fedavg, oracle)
+                best, last = (recovery(fedavg[k], ours[k], oracle[k]) for k in ("perplexity", "last10_perplexity"))
                 add(
                     "4. target corruption at 40%: recovery >= 0.9 (best / last 10)",
                     f"{name}: {best:.2f} / {last:.2f} (oracle {text(oracle)})",
