@@ -8,7 +8,8 @@
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or lora, A-D's
 # LoRA cells, or cpu, the rest: two sweeps of about equal length that can run side by side; or matrix, the follow-up
 # with FedLNS() as it ships now, FAMILIES "gpt llama" by default, one family a sweep to split it; or seed100 and
-# bert20, follow-up 2: FAMILIES as for matrix, PARTITIONS "iid noniid" by default).
+# bert20, follow-up 2, and seed300 and bert40, follow-up 3: FAMILIES as for matrix, PARTITIONS "iid noniid" by
+# default).
 set -euo pipefail
 runs="${1:-runs/adaptive}"
 # shellcheck source=scripts/lora_cells.sh
@@ -51,25 +52,28 @@ matrix() {  # the follow-up (PLAN.md): the LoRA matrix's GPT and LLaMA cells at 
     lora_sweep "$family" iid,noniid 0 200 none --methods fedlns_default
   done
 }
-seed100() {  # follow-up 2 (PLAN.md): GPT and LLaMA at seed 100, FedAvg and FedLNS() as it ships now, on this machine
+seeded() {  # seeded SEED: follow-ups 2 (seed 100) and 3 (seed 300), PLAN.md: GPT and LLaMA, FedAvg and FedLNS() as
+  # it ships now, on this machine
   local family fraction
   for family in ${FAMILIES:-gpt llama}; do
     for fraction in 0.4 0.2; do
-      lora_sweep "$family" iid,noniid "$fraction" 100 "$ATTACKS" --methods fedavg,fedlns_default
+      lora_sweep "$family" iid,noniid "$fraction" "$1" "$ATTACKS" --methods fedavg,fedlns_default
     done
-    lora_sweep "$family" iid,noniid 0 100 none --methods fedavg,fedlns_default
-    lora_sweep "$family" iid,noniid 0.4 100 target_corruption --methods oracle
+    lora_sweep "$family" iid,noniid 0 "$1" none --methods fedavg,fedlns_default
+    lora_sweep "$family" iid,noniid 0.4 "$1" target_corruption --methods oracle
   done
 }
-bert20() {  # follow-up 2: BERT at seed 100 and 20%, FedLNS() as it ships now
+bert() {  # bert FRACTION: follow-ups 2 (20%) and 3 (40%): BERT at seed 100, FedLNS() as it ships now
   local partition
-  for partition in ${PARTITIONS:-iid noniid}; do lora_sweep bert "$partition" 0.2 100 "$ATTACKS" --methods fedlns_default; done
+  for partition in ${PARTITIONS:-iid noniid}; do lora_sweep bert "$partition" "$1" 100 "$ATTACKS" --methods fedlns_default; done
 }
 case "$part" in
   lora) lora ;;
   cpu) cpu ;;
   matrix) matrix ;;
-  seed100) seed100 ;;
-  bert20) bert20 ;;
+  seed100) seeded 100 ;;
+  seed300) seeded 300 ;;
+  bert20) bert 0.2 ;;
+  bert40) bert 0.4 ;;
   *) lora && cpu ;;
 esac
