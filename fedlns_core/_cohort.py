@@ -41,8 +41,9 @@ which is what the history bank is keyed by anyway:
    is placed by whom it sided with (and so is everyone: the cut being decided also votes). With
    ``cohort_vote="history"`` the sides are read from the graph before the round's edges, and only ids it leaves
    unplaced are placed with them, so a cut cannot confirm itself; with ``"strong"`` so for weak cuts (the core's
-   mean cosine within below ``STRONG_CUT``), while a strong cut still votes with its own edges. A round that does
-   not split keeps everyone.
+   mean cosine within below ``STRONG_CUT``), while a strong cut still votes with its own edges; with ``"placed"``
+   as ``"strong"``, except that a weak cut places nobody (the ids the history leaves unplaced vote 0). A round
+   that does not split keeps everyone.
 5. **Loud normalization change**, as in the ``"support"`` rule: a deviation score ``delta_i`` more than
    ``loud_separation`` robust widths above the recent bank entries' scores is rejected.
 
@@ -577,10 +578,12 @@ def cohort_rule(
         apart by the updates do); ``"centered"``: as ``"confirmed"``, and in a round whose parts are not apart,
         first the cut of the updates centred at the round's median (:func:`centered_parts`; a cut by the updates,
         so it adds its edges and votes as a cut of the tree does).
-    vote : {"round", "history", "strong"}, default="round"
+    vote : {"round", "history", "strong", "placed"}, default="round"
         Read the members' sides from the graph with this round's edges (``"round"``), or from the graph before
         them, placing with them only the ids it leaves unplaced (``"history"``), or ``"history"`` for a cut whose
-        core agrees less than ``STRONG_CUT`` and ``"round"`` otherwise (``"strong"``; ``FedLNS(cohort_vote=...)``).
+        core agrees less than ``STRONG_CUT`` and ``"round"`` otherwise (``"strong"``), or as ``"strong"`` except
+        that a weak cut places nobody: its ids the history leaves unplaced vote 0 (``"placed"``;
+        ``FedLNS(cohort_vote=...)``).
     weight : {"unit", "coherence", "agreeing"}, default="unit"
         What the cut's edges weigh (``FedLNS(cohort_weight=...)``): 1, or the mean cosine within the cut's core
         clipped to [0, 1], or, for a weak cut, 1 only between two clients whose own cosine agrees with the cut
@@ -623,11 +626,14 @@ def cohort_rule(
             drifting = f", in a history whose updates agree little across rounds (median cosine {agreement:.3g})"
     if cut is not None and decide:
         side = graph.sides()
-        if vote == "history" or (vote == "strong" and cut.within < STRONG_CUT):
+        if vote == "history" or (vote in ("strong", "placed") and cut.within < STRONG_CUT):
             # The graph before the round's edges, over the same ids (the round's new ones without edges), so with
-            # the same majority bar; the round's edges place only the ids it leaves unplaced.
+            # the same majority bar; the round's edges place only the ids it leaves unplaced ("placed": nobody).
             history = before.updated(ids, None, decay).sides()
-            side = {client_id: history[client_id] or s for client_id, s in side.items()}
+            if vote == "placed":
+                side = {client_id: history[client_id] for client_id in side}
+            else:
+                side = {client_id: history[client_id] or s for client_id, s in side.items()}
         open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0
         members = [cut.first, ~cut.first]
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]

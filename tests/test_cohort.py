@@ -185,7 +185,7 @@ def _round_sketches(apart, rest, apart_cosine, rest_cosine=0.12, dim=64):
     return rows
 
 
-@pytest.mark.parametrize("vote", ["round", "history", "strong"])
+@pytest.mark.parametrize("vote", ["round", "history", "strong", "placed"])
 def test_the_votes_on_a_weak_honest_cut_on_attackers_and_on_sleepers(vote):
     """The 20% weakness in miniature (docs/results/lora-matrix): a round with one attacker (9) is cut between two
     weakly agreeing honest clients (6, 7) and the rest. Under ``"round"`` the cut's own -1 edges outweigh their
@@ -209,6 +209,33 @@ def test_the_votes_on_a_weak_honest_cut_on_attackers_and_on_sleepers(vote):
     assert rejected([9, 10, 11], [0, 1, 2, 3, 4, 5, 6], 0.9, sleepers=True) == (
         set() if vote == "history" else {9, 10, 11}
     )
+
+
+@pytest.mark.parametrize("vote", ["round", "history", "strong", "placed"])
+def test_only_the_placed_vote_keeps_unplaced_ids_a_weak_cut_sets_apart(vote):
+    """The non-IID weakness in miniature (docs/results/placed-vote): two honest ids the history has not placed yet
+    (12, 13: in the bank, in no split round) are cut weakly from the rest of a round with one attacker. Every vote
+    but ``"placed"`` puts them on the side the cut gives them, the minority, and rejects them; ``"placed"`` lets a
+    weak cut place nobody, so they vote 0 and the round keeps everyone. A strong cut of the same unplaced ids
+    still places them (they are rejected under every vote), and so does the graph after the round."""
+    from fedlns_core._cohort import cohort_rule
+
+    history = _weak_history().restricted(list(range(14)))  # 12 and 13 without edges: unplaced
+    assert [history.sides()[c] for c in (0, 9, 12, 13)] == [1, -1, 0, 0]
+
+    def outcome(apart_cosine):
+        rows = _round_sketches([12, 13], [0, 1, 2, 3, 4, 5, 9], apart_cosine)
+        ids = list(rows)
+        return ids, cohort_rule(
+            np.ones(len(ids)), np.stack([rows[c] for c in ids]), ids, history, np.arange(14.0), np.ones(14),
+            recent=14, separation=0.5, loud_separation=6.0, decay=0.9, vote=vote, dimension=10_000,
+        )
+
+    ids, weak = outcome(0.15)
+    assert {c for c, kept in zip(ids, weak.retained) if not kept} == (set() if vote == "placed" else {12, 13})
+    assert weak.graph.sides()[12] == -1  # the cut's edges are in the graph whatever the vote
+    ids, strong = outcome(0.9)
+    assert {c for c, kept in zip(ids, strong.retained) if not kept} == {12, 13}
 
 
 def test_a_confirmed_cut_rejects_only_the_group_the_history_singles_out():

@@ -90,7 +90,7 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 # imported here, because reading run files must not need the core's numerical stack.
 MIXTURE_SOLVERS = ("fast", "sklearn")
 COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
-COHORT_VOTES = ("round", "history", "strong")
+COHORT_VOTES = ("round", "history", "strong", "placed")
 COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
 COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "adaptive")
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The runs behind docs/results/placed-vote: FedLNS(cohort_vote="placed") against FedLNS() as it ships, in the LoRA
+# scenario (PLAN.md, fixed before the runs): the attacks written against a vote that reads the history first, then
+# the LoRA matrix's GPT and LLaMA cells at seeds 100 and 300, whose FedLNS(), FedAvg and oracle runs are those of
+# docs/results/adaptive (seed100, seed300). Resumable: finished runs are skipped.
+#
+# Usage: bash scripts/results_placed_vote.sh [RUNS_DIR]   (default runs/placed-vote)
+# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or against, A; or
+# matrix, B and C), FAMILIES (default "gpt llama": one family a sweep to split it).
+set -euo pipefail
+runs="${1:-runs/placed-vote}"
+# shellcheck source=scripts/lora_cells.sh
+. "$(dirname "$0")/lora_cells.sh"
+candidate=(--methods fedlns_default --set cohort_vote=placed)
+matrix_attacks=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band
+
+against() {  # A: white-box against the weak cut's vote and against reading the history, with FedAvg and FedLNS()
+  local family
+  for family in ${FAMILIES:-gpt llama}; do
+    lora_sweep "$family" iid 0.4 100 majority_weak,weak_core,agree_blend,sleeper --methods fedavg,fedlns_default
+    lora_sweep "$family" iid 0.4 100 majority_weak,weak_core,agree_blend,sleeper "${candidate[@]}"
+    lora_sweep "$family" iid 0.2 100 sleeper --methods fedavg,fedlns_default
+    lora_sweep "$family" iid 0.2 100 sleeper "${candidate[@]}"
+  done
+}
+matrix() {  # B and C: the candidate in the matrix's cells, 20% and without attackers first, then 40%
+  local family seed
+  for seed in 100 300; do
+    for family in ${FAMILIES:-gpt llama}; do
+      lora_sweep "$family" iid,noniid 0.2 "$seed" "$matrix_attacks" "${candidate[@]}"
+      lora_sweep "$family" iid,noniid 0 "$seed" none "${candidate[@]}"
+      lora_sweep "$family" iid,noniid 0.4 "$seed" "$matrix_attacks" "${candidate[@]}"
+    done
+  done
+}
+case "$part" in
+  against) against ;;
+  matrix) matrix ;;
+  *) against && matrix ;;
+esac
