@@ -12,11 +12,13 @@ the runs of ``PART=matrix``) against the previous settings' runs of the same cel
 
 With ``--seed100`` follow-up 2: ``FedLNS()`` as it ships now at seed 100 against FedAvg of the same machine (NEW,
 the runs of ``PART=seed100`` and ``PART=bert20``), the issue's targets per cell, beside the previous settings' runs of
-the LoRA matrix (MATRIX: ``docs/results/lora-matrix/frozen``, which also gives BERT's FedAvg).
+the LoRA matrix (MATRIX: ``docs/results/lora-matrix/frozen``, which also gives BERT's FedAvg). ``--seed 300``: the
+same for follow-up 3 (``PART=seed300``).
 
 Usage: python scripts/adaptive_table.py STUDY CONTESTED [MORE ...]
        python scripts/adaptive_table.py --matrix NEW OLD
        python scripts/adaptive_table.py --seed100 NEW MATRIX
+       python scripts/adaptive_table.py --seed SEED NEW MATRIX
 """
 
 from __future__ import annotations
@@ -141,19 +143,20 @@ def matrix(new: str, old: str) -> int:
     return 0
 
 
-def seed100(new: str, frozen: str) -> int:
-    """Follow-up 2's table and the issue's targets: each cell's run of FedLNS() as it ships, against FedAvg."""
+def seeded(new: str, frozen: str, seed: int = 100) -> int:
+    """Follow-up 2's (seed 100) or 3's (seed 300) table and the issue's targets: each cell's run of FedLNS() as it
+    ships, against FedAvg."""
 
     def now(run: dict) -> bool:
         config = run["config"]
-        return run["seed"] == 100 and (
+        return run["seed"] == seed and (
             run["method"] != "fedlns_default"
             or (config.get("cohort_weight"), config.get("cohort_undecided")) == ("agreeing", "adaptive")
         )
 
     def before(run: dict) -> bool:  # the matrix's FedLNS() (the previous settings), FedAvg and the references
         config = run["config"]
-        return run["seed"] == 100 and (
+        return run["seed"] == seed and (
             run["method"] != "fedlns_default"
             or (
                 config.get("cohort_undecided", "support") == "support" and config.get("cohort_weight", "unit") == "unit"
@@ -194,7 +197,7 @@ def seed100(new: str, frozen: str) -> int:
             found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
             add("4. target corruption at 40%: TPR >= 0.95", f"{name}: {found['tpr']:.2f}", found["tpr"] >= 0.95)
             add("4. target corruption at 40%: FPR <= 0.05", f"{name}: {found['fpr']:.3f}", found["fpr"] <= 0.05)
-            oracle = cells.get((family, partition, fraction, "-", 100), {}).get("oracle")
+            oracle = cells.get((family, partition, fraction, "-", seed), {}).get("oracle")
             if oracle is None:
                 add("4. target corruption at 40%: recovery >= 0.9", f"{name}: no oracle run", False)
             else:
@@ -213,7 +216,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--matrix"] and len(argv) == 3:
         return matrix(argv[1], argv[2])
     if argv[:1] == ["--seed100"] and len(argv) == 3:
-        return seed100(argv[1], argv[2])
+        return seeded(argv[1], argv[2])
+    if argv[:1] == ["--seed"] and len(argv) == 4:
+        return seeded(argv[2], argv[3], int(argv[1]))
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,0 +1,119 @@
+"""The placed-vote study (``docs/results/placed-vote``) as Markdown: ``FedLNS(cohort_vote="placed")`` beside
+``FedLNS()`` as it ships and FedAvg in each cell, and the plan's criteria, each met or missed.
+
+Reads the study's runs (``scripts/results_placed_vote.sh``: the candidate everywhere, FedAvg and ``FedLNS()`` in the
+attacks against it) first, then the folders that hold ``FedLNS()``'s, FedAvg's and the oracle's runs of the matrix's
+cells (``docs/results/adaptive/seed100`` and ``seed300``). Only ``FedLNS()`` runs with today's defaults are read.
+
+Usage: python scripts/placed_vote_table.py STUDY MORE [MORE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
+from cohort_weight_table import only
+from lora_matrix_table import checklist, print_checks
+
+from fedlns_sim.report.stats import detection_rates
+
+MATRIX_ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_band")
+SHIPPED = {"cohort_cut": "confirmed", "cohort_weight": "agreeing", "cohort_undecided": "adaptive", "quorum": 0.0}
+
+
+def today(run: dict) -> bool:
+    """FedAvg, the oracle, and FedLNS() with today's defaults (whatever its vote)."""
+    config = run["config"]
+    return run["method"] != "fedlns_default" or all(config.get(k) == v for k, v in SHIPPED.items())
+
+
+def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    checks, add = checklist()
+    honest = {"round": [0, 0], "placed": [0, 0]}  # criterion 1: honest updates rejected, of all, at 20%
+    within = {"round": 0, "placed": 0}  # criteria 1 and 5: cells within 1% of FedAvg
+    clean_within = {"round": 0, "placed": 0}
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. FedLNS(): as")
+    print('it ships (`cohort_vote="round"`); placed: `FedLNS(cohort_vote="placed")`.\n')
+    print(
+        "| seed | family | partition | malicious | attack | FedAvg | FedLNS() | **placed** | placed vs FedLNS() "
+        "| vs FedAvg: FedLNS() | placed | TPR / FPR FedLNS() | placed | attackers only: FedLNS() | placed |"
+    )
+    print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for key in sorted(cells, key=lambda k: (k[4], k[0], k[1], -k[2], k[3])):
+        family, partition, fraction, attack, seed = key
+        cell = cells[key]
+        ours, default = cell.get("placed"), cell.get("round")
+        if ours is None:
+            continue
+        fedavg = cell.get("clean" if fraction == 0 else "fedavg")
+        name = f"seed {seed} {family} {partition} {fraction:.0%} {attack}"
+
+        def versus(run, than):
+            return "-" if run is None or than is None else f"{worse(run, than):+.1%}"
+
+        print(
+            f"| {seed} | {family} | {partition} | {fraction:.0%} | {attack} | {text(fedavg)} | {text(default)} | "
+            f"**{text(ours)}** | {versus(ours, default)} | {versus(default, fedavg)} | {versus(ours, fedavg)} | "
+            f"{rates(default)} | {rates(ours)} | {only(default)} | {only(ours)} |"
+        )
+        if default is None or fedavg is None:
+            add("every cell has FedLNS()'s and FedAvg's runs", f"{name}: missing", False)
+            continue
+        add(
+            "2. at most 1% worse than FedLNS() (best checkpoint and last 10 rounds)",
+            f"{name}: {worse(ours, default):+.1%}",
+            worse(ours, default) <= 0.01,
+        )
+        add(
+            "4. no round of attackers only where FedLNS() has none",
+            f"{name}: placed {only(ours)}, FedLNS() {only(default)}",
+            not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
+        )
+        matrix = seed in (100, 300) and (attack in MATRIX_ATTACKS or fraction == 0)
+        if matrix and fraction == 0.2:
+            for vote, run in (("round", default), ("placed", ours)):
+                honest[vote][0] += run["fp"]
+                honest[vote][1] += run["fp"] + run["tn"]
+                within[vote] += worse(run, fedavg) <= 0.01
+        if matrix and fraction == 0:
+            for vote, run in (("round", default), ("placed", ours)):
+                clean_within[vote] += worse(run, fedavg) <= 0.01
+        if fraction == 0.4 and attack == "target_corruption":
+            found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
+            add(
+                "3. target corruption at 40%: TPR >= 0.95 and FPR <= 0.05",
+                f"{name}: {rates(ours)}",
+                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
+            )
+    (fp_round, all_round), (fp_placed, all_placed) = honest["round"], honest["placed"]
+    add(
+        "1. at 20%: fewer honest updates rejected than FedLNS()",
+        f"placed {fp_placed} of {all_placed}, FedLNS() {fp_round} of {all_round}",
+        fp_placed < fp_round,
+    )
+    add(
+        "1. at 20%: within 1% of FedAvg in at least as many cells",
+        f"placed {within['placed']}, FedLNS() {within['round']}",
+        within["placed"] >= within["round"],
+    )
+    add(
+        "5. without attackers: within 1% of FedAvg in at least as many cells",
+        f"placed {clean_within['placed']}, FedLNS() {clean_within['round']}",
+        clean_within["placed"] >= clean_within["round"],
+    )
+    return checks
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    checks = table(gather(argv, keep=today))
+    print("\n## The plan's criteria\n")
+    print_checks(dict(sorted(checks.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
