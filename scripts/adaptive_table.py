@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 
 from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
-from cohort_vote_table import rates, text, worse
+from cohort_vote_table import detects, rates, text, worse
 from cohort_weight_table import only
 from contested_table import KNOWN, attack_checks, default_checks
 from contested_table import gather as gather_cells
@@ -132,11 +132,10 @@ def matrix(new: str, old: str) -> int:
             not (now["attackers_only_rounds"] and not before["attackers_only_rounds"]),
         )
         if fraction == 0.4 and attack == "target_corruption":
-            found = detection_rates(now["tp"], now["fp"], now["fn"], now["tn"])
             add(
                 "target corruption at 40%: TPR >= 0.95 and FPR <= 0.05",
                 f"{name}: {rates(now)}",
-                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
+                detects(now),
             )
     print("\n## The follow-up's criteria\n")
     print_checks(checks)

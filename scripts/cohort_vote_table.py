@@ -72,6 +72,12 @@ def rates(run: dict | None) -> str:
     return ("-" if math.isnan(r["tpr"]) else f"{r['tpr']:.2f}") + f" / {r['fpr']:.2f}"
 
 
+def detects(run: dict) -> bool:
+    """The issue's detection target: TPR at least 0.95 and FPR at most 0.05."""
+    found = detection_rates(run["tp"], run["fp"], run["fn"], run["tn"])
+    return found["tpr"] >= 0.95 and found["fpr"] <= 0.05
+
+
 def worse(run: dict, than: dict) -> float:
     """How much worse ``run`` is than ``than`` at the worse of the best checkpoint and the last 10 rounds."""
     return max(run[k] / than[k] - 1 for k in ("perplexity", "last10_perplexity"))

@@ -18,11 +18,10 @@ from __future__ import annotations
 import sys
 
 from cohort_vote_table import gather as gather_runs  # scripts/, beside this one
-from cohort_vote_table import rates, text, worse
+from cohort_vote_table import detects, rates, text, worse
 from cohort_weight_table import only
 from lora_matrix_table import checklist, print_checks
 
-from fedlns_sim.report.stats import detection_rates
 
 OURS = "fedlns_default"
 AGAINST = ("weak_core", "majority_only", "majority_weak")  # the plan's A-C
@@ -63,11 +62,10 @@ def default_checks(add, name: str, cell: dict, lora_target_corruption: bool, fra
         add("every cell has the default's run", f"{name}: missing", False)
         return
     if lora_target_corruption:
-        found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
         add(
             "2. target corruption: TPR >= 0.95 and FPR <= 0.05",
             f"{name}: {rates(ours)}",
-            found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
+            detects(ours),
         )
         add(
             "2. target corruption: at most 1% above the default",

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import sys
 
-from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
+from cohort_vote_table import detects, gather, rates, text, worse  # scripts/, beside this one
 from cohort_weight_table import only
 from lora_matrix_table import checklist, print_checks
 
-from fedlns_sim.report.stats import detection_rates
 
 MATRIX_ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_band")
 SHIPPED = {"cohort_cut": "confirmed", "cohort_weight": "agreeing", "cohort_undecided": "adaptive", "quorum": 0.0}
@@ -80,11 +79,10 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             for vote, run in (("round", default), ("placed", ours)):
                 clean_within[vote] += worse(run, fedavg) <= 0.01
         if fraction == 0.4 and attack == "target_corruption":
-            found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
             add(
                 "3. target corruption at 40%: TPR >= 0.95 and FPR <= 0.05",
                 f"{name}: {rates(ours)}",
-                found["tpr"] >= 0.95 and found["fpr"] <= 0.05,
+                detects(ours),
             )
     (fp_round, all_round), (fp_placed, all_placed) = honest["round"], honest["placed"]
     add(
