@@ -14,10 +14,9 @@ import sys
 
 from cohort_vote_table import detects, gather, rates, text, worse  # scripts/, beside this one
 from cohort_weight_table import only
+from lora_matrix_table import ATTACKS as MATRIX_ATTACKS
 from lora_matrix_table import checklist, print_checks
 
-
-MATRIX_ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_band")
 SHIPPED = {"cohort_cut": "confirmed", "cohort_weight": "agreeing", "cohort_undecided": "adaptive", "quorum": 0.0}
 
 
@@ -25,6 +24,10 @@ def today(run: dict) -> bool:
     """FedAvg, the oracle, and FedLNS() with today's defaults (whatever its vote)."""
     config = run["config"]
     return run["method"] != "fedlns_default" or all(config.get(k) == v for k, v in SHIPPED.items())
+
+
+def versus(run: dict | None, than: dict | None) -> str:
+    return "-" if run is None or than is None else f"{worse(run, than):+.1%}"
 
 
 def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
@@ -47,10 +50,6 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             continue
         fedavg = cell.get("clean" if fraction == 0 else "fedavg")
         name = f"seed {seed} {family} {partition} {fraction:.0%} {attack}"
-
-        def versus(run, than):
-            return "-" if run is None or than is None else f"{worse(run, than):+.1%}"
-
         print(
             f"| {seed} | {family} | {partition} | {fraction:.0%} | {attack} | {text(fedavg)} | {text(default)} | "
             f"**{text(ours)}** | {versus(ours, default)} | {versus(default, fedavg)} | {versus(ours, fedavg)} | "
