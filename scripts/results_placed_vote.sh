@@ -6,7 +6,8 @@
 #
 # Usage: bash scripts/results_placed_vote.sh [RUNS_DIR]   (default runs/placed-vote)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or against, A; or
-# matrix, B and C), FAMILIES (default "gpt llama": one family a sweep to split it).
+# matrix, B and C; or followup, D, E and F of its follow-up), FAMILIES (default "gpt llama": one family a sweep to split
+# it), PARTITIONS (default "iid noniid": F's, to split it).
 set -euo pipefail
 runs="${1:-runs/placed-vote}"
 # shellcheck source=scripts/lora_cells.sh
@@ -33,8 +34,25 @@ matrix() {  # B and C: the candidate in the matrix's cells, 20% and without atta
     done
   done
 }
+followup() {  # D, E and F (PLAN.md's follow-up): the attack written against the candidate, the seeds of its one loss, BERT
+  local family fraction seed partition
+  for family in ${FAMILIES:-gpt llama}; do
+    for fraction in 0.4 0.2; do
+      lora_sweep "$family" iid "$fraction" 100 edgeless --methods fedavg,fedlns_default
+      lora_sweep "$family" iid "$fraction" 100 edgeless "${candidate[@]}"
+    done
+    for seed in 200 300; do
+      lora_sweep "$family" iid 0.4 "$seed" weak_core,agree_blend --methods fedavg,fedlns_default
+      lora_sweep "$family" iid 0.4 "$seed" weak_core,agree_blend "${candidate[@]}"
+    done
+  done
+  for partition in ${PARTITIONS:-iid noniid}; do
+    lora_sweep bert "$partition" 0.4 100 "$matrix_attacks" "${candidate[@]}"
+  done
+}
 case "$part" in
   against) against ;;
   matrix) matrix ;;
+  followup) followup ;;
   *) against && matrix ;;
 esac

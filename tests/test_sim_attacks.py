@@ -581,3 +581,36 @@ def test_agree_blend_leans_towards_the_honest_mean_just_enough_to_sit_above_the_
     assert lam > 0 and not above_median(leaned(lam - 0.1))
     mean = crafted.mean(axis=0)  # what is left of the poison in the server's mean
     assert mean @ poison / (np.linalg.norm(mean) * np.linalg.norm(poison)) > 0
+
+
+def test_edgeless_leaves_no_agreeing_edge_at_an_attacker_and_keeps_the_most_poison_of_the_settings_that_do():
+    from fedlns_core import FedLNS
+    from fedlns_core._cohort import STRONG_CUT, edge_strength, round_parts
+    from fedlns_core._support import _unit
+    from fedlns_sim.attacks import Edgeless
+
+    _, _, clients, poison, honest, crafted = _weak_round("edgeless")
+    assert np.allclose(np.linalg.norm(crafted, axis=1), np.median(np.linalg.norm(honest, axis=1)), rtol=1e-5)
+
+    def edges_and_poison(units):
+        everyone = np.concatenate([_unit(honest), units])
+        cosines = everyone @ everyone.T
+        parts = round_parts(cosines, separation=FedLNS().separation)
+        kept = float(_unit(units.mean(axis=0)[None])[0] @ _unit(poison[None])[0])
+        if parts is None or not parts.apart:
+            return 0, kept
+        assert parts.within < STRONG_CUT
+        return int(edge_strength(parts, "agreeing", cosines)[6:].sum()), kept
+
+    edges, kept = edges_and_poison(_unit(crafted))
+    assert edges == 0 and kept > 0  # some poison left, and nothing that places an attacker
+    # weak_core's rows (the same noise draw) are cut with agreeing edges at the attackers: what the search removes
+    assert edges_and_poison(_unit(Edgeless.weak(honest, _rows(clients, [6, 7, 8, 9]), np.random.default_rng(0))))[0] > 0
+    # no other setting of the grid with no edge keeps more of the poison
+    mean, noise, scale = Edgeless.spread(honest, _rows(clients, [6, 7, 8, 9]), np.random.default_rng(0))
+    towards = _unit(honest.mean(axis=0)[None])[0]
+    for spread in Edgeless.SPREADS:
+        for lam in Edgeless.LEANS:
+            units = _unit((1 - lam) * _unit(mean + spread * scale * noise) + lam * towards)
+            other_edges, other_kept = edges_and_poison(units)
+            assert other_edges > 0 or other_kept <= kept + 1e-9

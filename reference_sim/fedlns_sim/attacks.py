@@ -65,6 +65,11 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      which each attacker's median cosine to the honest clients is above the round's median pair
                      cosine: against ``cohort_weight="agreeing"``, where a weak cut joins two clients of one part
                      only when their own cosine is above that median.
+  ``edgeless``       ``weak_core`` with its noise scale and a lean towards the honest clients' mean searched so that
+                     the round, cut as the server cuts it, gives no agreeing edge at an attacker (no cut, or a weak
+                     cut whose pairs at the attackers disagree with it): against ``cohort_vote="placed"``, where a
+                     weak cut leaves the ids the history has not placed at 0, so attackers never placed are never
+                     outvoted.
   ``majority_weak``  ``majority_only`` whose rounds are ``weak_core``'s: honest where the attackers are fewer than
                      half of the round, where they hold it the attackers agree no more than the honest clients:
                      against ``cohort_undecided="hold_contested"``, which holds only a round whose coherent part
@@ -856,6 +861,13 @@ class WeakCore(TargetCorruption):
     @staticmethod
     def weak(honest: np.ndarray, poisoned: np.ndarray, rng) -> np.ndarray:
         """The attackers' mean poisoned update plus the least noise at which they agree no more than ``honest``."""
+        mean, noise, scale = WeakCore.spread(honest, poisoned, rng)
+        return mean + scale * noise
+
+    @staticmethod
+    def spread(honest: np.ndarray, poisoned: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray, float]:
+        """``weak``'s parts: the attackers' mean poisoned update, their noise rows (each at the mean's norm), and the
+        least scale of the noise at which they agree no more than ``honest`` (mean cosine)."""
         from fedlns_core._support import _unit
 
         target = _mean_cosine(_unit(honest))
@@ -868,7 +880,7 @@ class WeakCore(TargetCorruption):
         for _ in range(40):
             middle = 0.5 * (low + high)
             low, high = (middle, high) if _mean_cosine(_unit(mean + middle * noise)) > target else (low, middle)
-        return mean + high * noise
+        return mean, noise, high
 
     def lean(self, crafted: np.ndarray, honest: np.ndarray) -> np.ndarray:
         """What is sent: the crafted rows at the benign median norm (``weak_core`` sends them as they are)."""
@@ -900,6 +912,65 @@ class AgreeBlend(WeakCore):
             if np.all(np.median(sent @ honest_units.T, axis=1) > pair_median(units @ units.T)):
                 break
         return super().lean(sent, honest)
+
+
+class Edgeless(WeakCore):
+    """``weak_core`` searched so that the cohort graph gains no edge at an attacker: each attacker sends
+    ``(1 - lam) u_k + lam h`` (unit vectors; ``u_k`` the attackers' mean corrupted update plus ``s`` times its own
+    noise, as ``weak_core``'s, ``h`` the honest clients' mean update) at the benign median norm, with ``s`` from
+    ``weak_core``'s scale times ``SPREADS`` and ``lam`` from ``LEANS``. Of the settings at which the round, cut
+    as the server cuts it (``fedlns_core._cohort.round_parts`` on the updates' exact cosines with ``FedLNS()``'s
+    separation), is not apart or is cut weakly with no agreeing edge at an attacker
+    (``fedlns_core._cohort.edge_strength``), it sends the one whose mean keeps the most of the poison's direction;
+    where none does, the one with the fewest such edges. White-box against ``FedLNS(cohort_vote="placed")``: a weak
+    cut is voted by the history alone and an id it has not placed votes 0, so attackers that the graph never
+    places are never outvoted. Rounds with fewer than two attackers or two honest clients send the corrupted
+    models."""
+
+    name = "edgeless"
+    SPREADS = (1.0, 1.5, 2.0, 3.0)
+    LEANS = tuple(k / 10 for k in range(10))
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if len(malicious) < 2 or len(benign) < 2:
+            return client_params
+        keys = sorted(global_params)
+        honest = _stacked(global_params, client_params, benign, keys)
+        mean, noise, scale = self.spread(honest, _stacked(global_params, client_params, malicious, keys), rng)
+        sent = self.search(honest, mean, noise, scale)
+        return _sending(global_params, client_params, malicious, self.lean(sent, honest), keys)
+
+    @classmethod
+    def search(cls, honest: np.ndarray, mean: np.ndarray, noise: np.ndarray, scale: float) -> np.ndarray:
+        """The attackers' unit rows: the setting with no agreeing edge at an attacker (else the fewest) that keeps
+        the most of ``mean``'s direction in their mean."""
+        from fedlns_core import FedLNS
+        from fedlns_core._cohort import STRONG_CUT, edge_strength, round_parts
+        from fedlns_core._support import _unit
+
+        separation = FedLNS().separation
+        honest_units, towards, poison = _unit(honest), _unit(honest.mean(axis=0)[None])[0], _unit(mean[None])[0]
+        attackers = slice(len(honest), None)
+        best: tuple[tuple[int, float], np.ndarray] | None = None
+        for spread in cls.SPREADS:
+            own = _unit(mean + spread * scale * noise)
+            for lam in cls.LEANS:
+                sent = _unit((1.0 - lam) * own + lam * towards)
+                units = np.concatenate([honest_units, sent])
+                cosines = units @ units.T
+                parts = round_parts(cosines, separation=separation)
+                if parts is None or not parts.apart:
+                    edges = 0
+                elif parts.within >= STRONG_CUT:
+                    edges = len(cosines) ** 2  # a strong cut votes with its own edges: never chosen over a weak one
+                else:
+                    edges = int(np.asarray(edge_strength(parts, "agreeing", cosines))[attackers].sum())
+                kept = float(_unit(sent.mean(axis=0)[None])[0] @ poison)
+                if best is None or (edges, -kept) < best[0]:
+                    best = ((edges, -kept), sent)
+        assert best is not None
+        return best[1]
 
 
 class MajorityWeak(MajorityOnly, WeakCore):
@@ -1001,6 +1072,7 @@ ATTACKS = {
         SideJoin,
         WeakCore,
         AgreeBlend,
+        Edgeless,
         MajorityWeak,
         MajorityDrift,
     )

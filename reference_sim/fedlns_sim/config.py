@@ -75,6 +75,7 @@ ATTACK_NAMES = (
     "side_join",
     "weak_core",
     "agree_blend",
+    "edgeless",
     "majority_weak",
     "majority_drift",
 )
