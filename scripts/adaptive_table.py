@@ -166,7 +166,10 @@ def seeded(new: str, frozen: str, seed: int = 100) -> int:
     matrix = gather_runs([frozen], setting="cohort_undecided", default="support", keep=before)
     checks, add = checklist()
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. FedAvg and")
-    print("FedLNS() now: this machine's runs (BERT's FedAvg: the matrix's, made here too); previous: the matrix's.\n")
+    print(
+        "FedLNS() now: this machine's runs (BERT's FedAvg and oracle: the matrix's, made here too); previous: the "
+        "matrix's.\n"
+    )
     print(
         "| family | partition | malicious | attack | FedAvg | **now** | vs FedAvg | previous | TPR / FPR now "
         "| previous | attackers only: now | previous |"
@@ -196,7 +199,8 @@ def seeded(new: str, frozen: str, seed: int = 100) -> int:
             found = detection_rates(ours["tp"], ours["fp"], ours["fn"], ours["tn"])
             add("4. target corruption at 40%: TPR >= 0.95", f"{name}: {found['tpr']:.2f}", found["tpr"] >= 0.95)
             add("4. target corruption at 40%: FPR <= 0.05", f"{name}: {found['fpr']:.3f}", found["fpr"] <= 0.05)
-            oracle = cells.get((family, partition, fraction, "-", seed), {}).get("oracle")
+            oracle_key = (family, partition, fraction, "-", seed)  # this machine's oracle, else the matrix's (BERT)
+            oracle = cells.get(oracle_key, {}).get("oracle") or matrix.get(oracle_key, {}).get("oracle")
             if oracle is None:
                 add("4. target corruption at 40%: recovery >= 0.9", f"{name}: no oracle run", False)
             else:
