@@ -5,12 +5,17 @@ Reads the study's runs (``scripts/results_placed_vote.sh``: the candidate everyw
 attacks against it) first, then the folders that hold ``FedLNS()``'s, FedAvg's and the oracle's runs of the matrix's
 cells (``docs/results/adaptive/seed100`` and ``seed300``). Only ``FedLNS()`` runs with today's defaults are read.
 
-Usage: python scripts/placed_vote_table.py STUDY MORE [MORE ...]
+With ``--followup``, the plan's follow-up instead (D, E and F: ``edgeless``, more seeds of ``weak_core`` and
+``agree_blend``, BERT), its runs first (``PART=followup``), then ``docs/results/adaptive/bert40`` (``FedLNS()`` on BERT)
+and ``docs/results/lora-matrix/frozen`` (BERT's FedAvg).
+
+Usage: python scripts/placed_vote_table.py [--followup] STUDY MORE [MORE ...]
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
 from cohort_vote_table import detects, gather, rates, text, worse  # scripts/, beside this one
 from cohort_weight_table import only
@@ -30,11 +35,10 @@ def versus(run: dict | None, than: dict | None) -> str:
     return "-" if run is None or than is None else f"{worse(run, than):+.1%}"
 
 
-def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
-    checks, add = checklist()
-    honest = {"round": [0, 0], "placed": [0, 0]}  # criterion 1: honest updates rejected, of all, at 20%
-    within = {"round": 0, "placed": 0}  # criteria 1 and 5: cells within 1% of FedAvg
-    clean_within = {"round": 0, "placed": 0}
+def rows(cells: dict, add, worse_than_default: str) -> Iterator[tuple[str, tuple, dict, dict, dict]]:
+    """Print the table, one row per cell with the candidate's run; yield each complete cell's name, key, and the
+    candidate's, FedLNS()'s and FedAvg's runs, after adding the two criteria both plans have (``add``; the one on
+    FedLNS() numbered ``worse_than_default``)."""
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. FedLNS(): as")
     print('it ships (`cohort_vote="round"`); placed: `FedLNS(cohort_vote="placed")`.\n')
     print(
@@ -59,7 +63,7 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             add("every cell has FedLNS()'s and FedAvg's runs", f"{name}: missing", False)
             continue
         add(
-            "2. at most 1% worse than FedLNS() (best checkpoint and last 10 rounds)",
+            f"{worse_than_default}. at most 1% worse than FedLNS() (best checkpoint and last 10 rounds)",
             f"{name}: {worse(ours, default):+.1%}",
             worse(ours, default) <= 0.01,
         )
@@ -68,6 +72,16 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
             f"{name}: placed {only(ours)}, FedLNS() {only(default)}",
             not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
         )
+        yield name, key, ours, default, fedavg
+
+
+def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    """The first plan (A, B and C) and its five criteria."""
+    checks, add = checklist()
+    honest = {"round": [0, 0], "placed": [0, 0]}  # criterion 1: honest updates rejected, of all, at 20%
+    within = {"round": 0, "placed": 0}  # criteria 1 and 5: cells within 1% of FedAvg
+    clean_within = {"round": 0, "placed": 0}
+    for name, (family, partition, fraction, attack, seed), ours, default, fedavg in rows(cells, add, "2"):
         matrix = seed in (100, 300) and (attack in MATRIX_ATTACKS or fraction == 0)
         if matrix and fraction == 0.2:
             for vote, run in (("round", default), ("placed", ours)):
@@ -102,11 +116,32 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
+def followup(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    """The follow-up (D, E and F) and its four criteria."""
+    checks, add = checklist()
+    for name, (family, _, fraction, attack, _), ours, default, fedavg in rows(cells, add, "1"):
+        if attack == "edgeless" and worse(default, fedavg) <= 0.01:
+            add(
+                "2. under edgeless: within 1% of FedAvg wherever FedLNS() is",
+                f"{name}: {worse(ours, fedavg):+.1%} (FedLNS() {worse(default, fedavg):+.1%})",
+                worse(ours, fedavg) <= 0.01,
+            )
+        if family == "bert" and fraction == 0.4 and attack == "target_corruption":
+            add(
+                "3. BERT, target corruption at 40%: TPR >= 0.95 and FPR <= 0.05",
+                f"{name}: {rates(ours)}",
+                detects(ours),
+            )
+    return checks
+
+
 def main(argv: list[str]) -> int:
+    plan = followup if argv[:1] == ["--followup"] else table
+    argv = argv[1:] if plan is followup else argv
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    checks = table(gather(argv, keep=today))
+    checks = plan(gather(argv, keep=today))
     print("\n## The plan's criteria\n")
     print_checks(dict(sorted(checks.items())))
     return 0
