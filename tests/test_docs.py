@@ -322,3 +322,16 @@ def test_prose_is_readable_width(path):
     long = [f"{_relative(path)}:{number}: {len(line)} characters" for number, line in _prose_lines(path)
             if len(line) > PROSE_WIDTH]
     assert not long, f"prose lines over {PROSE_WIDTH} characters:\n" + "\n".join(long)
+
+
+def test_the_api_page_shows_fedlns_as_it_is():
+    """``docs/api.md`` opens with ``FedLNS``'s signature: the same parameters, in order, with the same defaults."""
+    from fedlns_core import FedLNS
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    shown = re.search(r"### `FedLNS`\s*```\s*FedLNS\((.*?)\)\s*```", page, re.DOTALL)
+    assert shown, "docs/api.md has no FedLNS(...) block under its FedLNS heading"
+    call = ast.parse(f"f({shown.group(1).replace('*,', '')})", mode="eval").body
+    documented = [(keyword.arg, ast.literal_eval(keyword.value)) for keyword in call.keywords]
+    actual = [(name, parameter.default) for name, parameter in inspect.signature(FedLNS).parameters.items()]
+    assert documented == actual
