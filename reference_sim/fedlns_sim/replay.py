@@ -23,7 +23,7 @@ run's own: a check, it must reproduce the recorded decisions):
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
 ``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant``, ``confirmed`` or ``centered``),
-                   ``cohort_vote=C`` (``round``, ``history`` or ``strong``), ``cohort_undecided=C`` (``keep``,
+                   ``cohort_vote=C`` (``round``, ``history``, ``strong`` or ``placed``), ``cohort_undecided=C`` (``keep``,
                    ``hold``, ``deviation``, ``hold_contested`` or ``adaptive``; ``support`` is the run's fallback
                    below) or ``cohort_weight=C`` (``unit``, ``coherence`` or ``agreeing``) instead of the run's own;
                    several joined by ``+`` (``cohort:agreeing+hold_contested``)
