@@ -42,8 +42,9 @@ which is what the history bank is keyed by anyway:
    ``cohort_vote="history"`` the sides are read from the graph before the round's edges, and only ids it leaves
    unplaced are placed with them, so a cut cannot confirm itself; with ``"strong"`` so for weak cuts (the core's
    mean cosine within below ``STRONG_CUT``), while a strong cut still votes with its own edges; with ``"placed"``
-   as ``"strong"``, except that a weak cut places nobody (the ids the history leaves unplaced vote 0). A round
-   that does not split keeps everyone.
+   as ``"strong"``, except that a weak cut places nobody (the ids the history leaves unplaced vote 0); with
+   ``"settled"`` as ``"placed"`` once the history holds a majority cohort, and as ``"round"`` before (a history
+   that places nobody yet cannot vote). A round that does not split keeps everyone.
 5. **Loud normalization change**, as in the ``"support"`` rule: a deviation score ``delta_i`` more than
    ``loud_separation`` robust widths above the recent bank entries' scores is rejected.
 
@@ -578,12 +579,13 @@ def cohort_rule(
         apart by the updates do); ``"centered"``: as ``"confirmed"``, and in a round whose parts are not apart,
         first the cut of the updates centred at the round's median (:func:`centered_parts`; a cut by the updates,
         so it adds its edges and votes as a cut of the tree does).
-    vote : {"round", "history", "strong", "placed"}, default="round"
+    vote : {"round", "history", "strong", "placed", "settled"}, default="round"
         Read the members' sides from the graph with this round's edges (``"round"``), or from the graph before
         them, placing with them only the ids it leaves unplaced (``"history"``), or ``"history"`` for a cut whose
         core agrees less than ``STRONG_CUT`` and ``"round"`` otherwise (``"strong"``), or as ``"strong"`` except
-        that a weak cut places nobody: its ids the history leaves unplaced vote 0 (``"placed"``;
-        ``FedLNS(cohort_vote=...)``).
+        that a weak cut places nobody: its ids the history leaves unplaced vote 0 (``"placed"``), or ``"placed"``
+        where the graph before the round holds a majority cohort and ``"round"`` where it does not yet
+        (``"settled"``; ``FedLNS(cohort_vote=...)``).
     weight : {"unit", "coherence", "agreeing"}, default="unit"
         What the cut's edges weigh (``FedLNS(cohort_weight=...)``): 1, or the mean cosine within the cut's core
         clipped to [0, 1], or, for a weak cut, 1 only between two clients whose own cosine agrees with the cut
@@ -626,13 +628,14 @@ def cohort_rule(
             drifting = f", in a history whose updates agree little across rounds (median cosine {agreement:.3g})"
     if cut is not None and decide:
         side = graph.sides()
-        if vote == "history" or (vote in ("strong", "placed") and cut.within < STRONG_CUT):
+        if vote == "history" or (vote in ("strong", "placed", "settled") and cut.within < STRONG_CUT):
             # The graph before the round's edges, over the same ids (the round's new ones without edges), so with
-            # the same majority bar; the round's edges place only the ids it leaves unplaced ("placed": nobody).
+            # the same majority bar; the round's edges place only the ids it leaves unplaced ("placed": nobody;
+            # "settled": nobody once the history holds a majority cohort, before that as "round").
             history = before.updated(ids, None, decay).sides()
-            if vote == "placed":
+            if vote == "placed" or (vote == "settled" and any(history.values())):
                 side = {client_id: history[client_id] for client_id in side}
-            else:
+            elif vote != "settled":
                 side = {client_id: history[client_id] or s for client_id, s in side.items()}
         open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0
         members = [cut.first, ~cut.first]

@@ -403,7 +403,7 @@ class FedLNS:
         share removed (each sketch minus the round's median, the significance test applied), a cut that adds
         edges and votes; at the `paper` preset's scale the tree found no parts apart in most rounds and the
         history placed nobody, so ``"confirmed"`` kept the attackers (``docs/results/gpu-paper``).
-    cohort_vote : {"round", "history", "strong", "placed"}, default="round"
+    cohort_vote : {"round", "history", "strong", "placed", "settled"}, default="round"
         ``"cohort"`` only: which graph the parts' votes read their members' sides from. ``"round"``: the graph
         with the round's own edges in it, so a client seen for the first time is placed by whom it sided with,
         and so is everyone: the cut being decided also votes. ``"history"``: the graph before the round's edges;
@@ -414,6 +414,10 @@ class FedLNS:
         weak cut places nobody, so its ids that the history leaves unplaced vote 0 instead of being put on the side
         the cut itself gives them (in non-IID rounds with one attacker, weak cuts between honest clients otherwise
         put the unplaced ones in the minority and reject most of the round: ``docs/results/placed-vote``).
+        ``"settled"`` (a candidate): ``"placed"`` once the graph before the round holds a majority cohort,
+        ``"round"`` before. Under ``"placed"`` a history that has placed nobody yet leaves every weak cut's vote at
+        0, so the round goes to ``cohort_undecided``'s fallback, which can keep attackers whose cores agree weakly
+        (``tests/test_cohort.py``).
     cohort_weight : {"agreeing", "unit", "coherence"}, default="agreeing"
         ``"cohort"`` only: what a split round's edges weigh in the cohort graph. ``"unit"`` (the default before
         ``docs/results/adaptive``): +1 and -1 whatever the cut. ``"coherence"`` (a candidate,

@@ -109,7 +109,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "cohort_decay": [Interval("real", 0, 1, closed="right")],
     "cohort_undecided": [Options(("support", "keep", "hold", "deviation", "hold_contested", "adaptive"))],
     "cohort_cut": [Options(("tree", "significant", "confirmed", "centered"))],
-    "cohort_vote": [Options(("round", "history", "strong", "placed"))],
+    "cohort_vote": [Options(("round", "history", "strong", "placed", "settled"))],
     "cohort_weight": [Options(("unit", "coherence", "agreeing"))],
     "quorum": [Interval("real", 0, 1, closed="both")],
     "sketch_dim": [Interval("int", 16)],

@@ -185,7 +185,7 @@ def _round_sketches(apart, rest, apart_cosine, rest_cosine=0.12, dim=64):
     return rows
 
 
-@pytest.mark.parametrize("vote", ["round", "history", "strong", "placed"])
+@pytest.mark.parametrize("vote", ["round", "history", "strong", "placed", "settled"])
 def test_the_votes_on_a_weak_honest_cut_on_attackers_and_on_sleepers(vote):
     """The 20% weakness in miniature (docs/results/lora-matrix): a round with one attacker (9) is cut between two
     weakly agreeing honest clients (6, 7) and the rest. Under ``"round"`` the cut's own -1 edges outweigh their
@@ -211,13 +211,14 @@ def test_the_votes_on_a_weak_honest_cut_on_attackers_and_on_sleepers(vote):
     )
 
 
-@pytest.mark.parametrize("vote", ["round", "history", "strong", "placed"])
+@pytest.mark.parametrize("vote", ["round", "history", "strong", "placed", "settled"])
 def test_only_the_placed_vote_keeps_unplaced_ids_a_weak_cut_sets_apart(vote):
     """The non-IID weakness in miniature (docs/results/placed-vote): two honest ids the history has not placed yet
     (12, 13: in the bank, in no split round) are cut weakly from the rest of a round with one attacker. Every vote
-    but ``"placed"`` puts them on the side the cut gives them, the minority, and rejects them; ``"placed"`` lets a
-    weak cut place nobody, so they vote 0 and the round keeps everyone. A strong cut of the same unplaced ids
-    still places them (they are rejected under every vote), and so does the graph after the round."""
+    but ``"placed"`` (and ``"settled"``, the same where the history holds a majority cohort, as here) puts them on
+    the side the cut gives them, the minority, and rejects them; ``"placed"`` lets a weak cut place nobody, so they
+    vote 0 and the round keeps everyone. A strong cut of the same unplaced ids still places them (they are
+    rejected under every vote), and so does the graph after the round."""
     from fedlns_core._cohort import cohort_rule
 
     history = _weak_history().restricted(list(range(14)))  # 12 and 13 without edges: unplaced
@@ -232,7 +233,9 @@ def test_only_the_placed_vote_keeps_unplaced_ids_a_weak_cut_sets_apart(vote):
         )
 
     ids, weak = outcome(0.15)
-    assert {c for c, kept in zip(ids, weak.retained) if not kept} == (set() if vote == "placed" else {12, 13})
+    assert {c for c, kept in zip(ids, weak.retained) if not kept} == (
+        set() if vote in ("placed", "settled") else {12, 13}
+    )
     assert weak.graph.sides()[12] == -1  # the cut's edges are in the graph whatever the vote
     ids, strong = outcome(0.9)
     assert {c for c, kept in zip(ids, strong.retained) if not kept} == {12, 13}
@@ -537,6 +540,23 @@ def test_attackers_are_rejected_even_where_they_hold_the_round(seed, weight):
     cohort, only = _tally(screener, _LoraLikeFederation(seed=seed), 40)
     assert cohort[1] >= 0.95 * (cohort[0] + cohort[1]) and cohort[3] <= 0.05 * (cohort[2] + cohort[3]), cohort
     assert only == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_thin_history_leaves_the_placed_vote_to_the_fallback_and_the_settled_vote_to_the_round(seed):
+    """Why ``"placed"`` is not the default: here the attackers' cores agree at about 0.4 (weak cuts) and, in the
+    first screened rounds, the history holds no majority cohort yet. A weak cut placing nobody then leaves every
+    vote at 0, the round goes to ``cohort_undecided``'s fallback, and the support rule it hands the round to keeps
+    the attackers of a round they hold, nobody else. ``"settled"`` lets the round's own edges vote until the
+    history holds a majority cohort, as ``"round"`` does, and keeps no round of attackers only."""
+    placed, only_placed = _tally(
+        FedLNS.for_federation(60, 10, random_state=seed, cohort_vote="placed"), _LoraLikeFederation(seed=seed), 40
+    )
+    settled, only_settled = _tally(
+        FedLNS.for_federation(60, 10, random_state=seed, cohort_vote="settled"), _LoraLikeFederation(seed=seed), 40
+    )
+    assert only_placed >= 1 and only_settled == 0, (placed, settled)
+    assert settled[1] >= 0.95 * (settled[0] + settled[1]) and settled[3] <= 0.05 * (settled[2] + settled[3]), settled
 
 
 def test_the_support_rule_fails_where_honest_updates_do_not_agree_across_rounds():

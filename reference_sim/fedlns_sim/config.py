@@ -91,7 +91,7 @@ MACHINE_KEYS = ("device", "threads", "data", "record_signatures")
 # imported here, because reading run files must not need the core's numerical stack.
 MIXTURE_SOLVERS = ("fast", "sklearn")
 COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
-COHORT_VOTES = ("round", "history", "strong", "placed")
+COHORT_VOTES = ("round", "history", "strong", "placed", "settled")
 COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
 COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "adaptive")
 
@@ -217,7 +217,8 @@ class Config:
     # so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
-    cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong
+    cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong |
+    # placed | settled
     cohort_weight: str = "agreeing"  # fedlns_default's FedLNS(cohort_weight=...): agreeing (its default) | unit (its
     # default before: runs archived before it, LEGACY) | coherence
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]

@@ -23,10 +23,10 @@ run's own: a check, it must reproduce the recorded decisions):
 ``cohort``         the default rule: each round cut in two by its own sketches, the side decided by the cohort
                    graph of client ids (``fedlns_core._cohort``), built from the recorded rounds
 ``cohort:C``       the same with ``cohort_cut=C`` (``tree``, ``significant``, ``confirmed`` or ``centered``),
-                   ``cohort_vote=C`` (``round``, ``history``, ``strong`` or ``placed``), ``cohort_undecided=C``
-                   (``keep``, ``hold``, ``deviation``, ``hold_contested`` or ``adaptive``; ``support`` is the run's
-                   fallback below) or ``cohort_weight=C`` (``unit``, ``coherence`` or ``agreeing``) instead of the
-                   run's own; several joined by ``+`` (``cohort:agreeing+hold_contested``)
+                   ``cohort_vote=C`` (``round``, ``history``, ``strong``, ``placed`` or ``settled``),
+                   ``cohort_undecided=C`` (``keep``, ``hold``, ``deviation``, ``hold_contested`` or ``adaptive``;
+                   ``support`` is the run's fallback below) or ``cohort_weight=C`` (``unit``, ``coherence`` or
+                   ``agreeing``) instead of the run's own; several joined by ``+`` (``cohort:agreeing+hold_contested``)
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
