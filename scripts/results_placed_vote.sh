@@ -6,8 +6,8 @@
 #
 # Usage: bash scripts/results_placed_vote.sh [RUNS_DIR]   (default runs/placed-vote)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or against, A; or
-# matrix, B and C; or followup, D, E and F of its follow-up), FAMILIES (default "gpt llama": one family a sweep to split
-# it), PARTITIONS (default "iid noniid": F's, to split it).
+# matrix, B and C; or followup, D, E and F of its follow-up; or settled, S1-S3 of its follow-up 2), FAMILIES (default
+# "gpt llama": one family a sweep to split it), PARTITIONS (default "iid noniid": F's, to split it).
 set -euo pipefail
 runs="${1:-runs/placed-vote}"
 # shellcheck source=scripts/lora_cells.sh
@@ -50,9 +50,18 @@ followup() {  # D, E and F (PLAN.md's follow-up): the attack written against the
     lora_sweep bert "$partition" 0.4 100 "$matrix_attacks" "${candidate[@]}"
   done
 }
+settled() {  # S1-S3 (PLAN.md's follow-up 2): cohort_vote="settled" where "placed" made its gains and its one loss
+  local family
+  for family in ${FAMILIES:-gpt llama}; do
+    lora_sweep "$family" iid,noniid 0.2 100 "$matrix_attacks" --methods fedlns_default --set cohort_vote=settled
+    lora_sweep "$family" iid 0.4 100 weak_core --methods fedlns_default --set cohort_vote=settled
+    lora_sweep "$family" iid,noniid 0 100 none --methods fedlns_default --set cohort_vote=settled
+  done
+}
 case "$part" in
   against) against ;;
   matrix) matrix ;;
   followup) followup ;;
+  settled) settled ;;
   *) against && matrix ;;
 esac
