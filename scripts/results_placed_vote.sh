@@ -34,7 +34,7 @@ matrix() {  # B and C: the candidate in the matrix's cells, 20% and without atta
     done
   done
 }
-followup() {  # D, E and F (PLAN.md's follow-up): the attack written against the candidate, the seeds of its one loss, BERT
+followup() {  # D, E and F (PLAN.md's follow-up): the attack written against the candidate, its loss's seeds, BERT
   local family fraction seed partition
   for family in ${FAMILIES:-gpt llama}; do
     for fraction in 0.4 0.2; do
