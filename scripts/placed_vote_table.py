@@ -9,7 +9,11 @@ With ``--followup``, the plan's follow-up instead (D, E and F: ``edgeless``, mor
 ``agree_blend``, BERT), its runs first (``PART=followup``), then ``docs/results/adaptive/bert40`` (``FedLNS()`` on BERT)
 and ``docs/results/lora-matrix/frozen`` (BERT's FedAvg).
 
-Usage: python scripts/placed_vote_table.py [--followup] STUDY MORE [MORE ...]
+With ``--settled``, follow-up 2 (S1-S3: ``cohort_vote="settled"``), its runs first (``PART=settled``), then
+``docs/results/placed-vote`` (``"placed"``, and FedLNS() and FedAvg under ``weak_core``) and
+``docs/results/adaptive/seed100`` (FedLNS() and FedAvg in the matrix's cells).
+
+Usage: python scripts/placed_vote_table.py [--followup | --settled] STUDY MORE [MORE ...]
 """
 
 from __future__ import annotations
@@ -35,21 +39,24 @@ def versus(run: dict | None, than: dict | None) -> str:
     return "-" if run is None or than is None else f"{worse(run, than):+.1%}"
 
 
-def rows(cells: dict, add, worse_than_default: str) -> Iterator[tuple[str, tuple, dict, dict, dict]]:
-    """Print the table, one row per cell with the candidate's run; yield each complete cell's name, key, and the
-    candidate's, FedLNS()'s and FedAvg's runs, after adding the two criteria both plans have (``add``; the one on
-    FedLNS() numbered ``worse_than_default``)."""
+def rows(
+    cells: dict, add, numbers: tuple[str, str], vote: str = "placed"
+) -> Iterator[tuple[str, tuple, dict, dict, dict]]:
+    """Print the table, one row per cell with the candidate's run (``FedLNS(cohort_vote=vote)``); yield each
+    complete cell's name, key, and the candidate's, FedLNS()'s and FedAvg's runs, after adding the two criteria
+    every plan has (``add``, numbered as in the plan by ``numbers``: at most 1% worse than FedLNS(), and no round of
+    attackers only where FedLNS() has none)."""
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. FedLNS(): as")
-    print('it ships (`cohort_vote="round"`); placed: `FedLNS(cohort_vote="placed")`.\n')
+    print(f'it ships (`cohort_vote="round"`); {vote}: `FedLNS(cohort_vote="{vote}")`.\n')
     print(
-        "| seed | family | partition | malicious | attack | FedAvg | FedLNS() | **placed** | placed vs FedLNS() "
-        "| vs FedAvg: FedLNS() | placed | TPR / FPR FedLNS() | placed | attackers only: FedLNS() | placed |"
+        f"| seed | family | partition | malicious | attack | FedAvg | FedLNS() | **{vote}** | {vote} vs FedLNS() "
+        f"| vs FedAvg: FedLNS() | {vote} | TPR / FPR FedLNS() | {vote} | attackers only: FedLNS() | {vote} |"
     )
     print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for key in sorted(cells, key=lambda k: (k[4], k[0], k[1], -k[2], k[3])):
         family, partition, fraction, attack, seed = key
         cell = cells[key]
-        ours, default = cell.get("placed"), cell.get("round")
+        ours, default = cell.get(vote), cell.get("round")
         if ours is None:
             continue
         fedavg = cell.get("clean" if fraction == 0 else "fedavg")
@@ -63,13 +70,13 @@ def rows(cells: dict, add, worse_than_default: str) -> Iterator[tuple[str, tuple
             add("every cell has FedLNS()'s and FedAvg's runs", f"{name}: missing", False)
             continue
         add(
-            f"{worse_than_default}. at most 1% worse than FedLNS() (best checkpoint and last 10 rounds)",
+            f"{numbers[0]}. at most 1% worse than FedLNS() (best checkpoint and last 10 rounds)",
             f"{name}: {worse(ours, default):+.1%}",
             worse(ours, default) <= 0.01,
         )
         add(
-            "4. no round of attackers only where FedLNS() has none",
-            f"{name}: placed {only(ours)}, FedLNS() {only(default)}",
+            f"{numbers[1]}. no round of attackers only where FedLNS() has none",
+            f"{name}: {vote} {only(ours)}, FedLNS() {only(default)}",
             not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
         )
         yield name, key, ours, default, fedavg
@@ -81,7 +88,7 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     honest = {"round": [0, 0], "placed": [0, 0]}  # criterion 1: honest updates rejected, of all, at 20%
     within = {"round": 0, "placed": 0}  # criteria 1 and 5: cells within 1% of FedAvg
     clean_within = {"round": 0, "placed": 0}
-    for name, (family, partition, fraction, attack, seed), ours, default, fedavg in rows(cells, add, "2"):
+    for name, (family, partition, fraction, attack, seed), ours, default, fedavg in rows(cells, add, ("2", "4")):
         matrix = seed in (100, 300) and (attack in MATRIX_ATTACKS or fraction == 0)
         if matrix and fraction == 0.2:
             for vote, run in (("round", default), ("placed", ours)):
@@ -119,7 +126,7 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
 def followup(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     """The follow-up (D, E and F) and its four criteria."""
     checks, add = checklist()
-    for name, (family, _, fraction, attack, _), ours, default, fedavg in rows(cells, add, "1"):
+    for name, (family, _, fraction, attack, _), ours, default, fedavg in rows(cells, add, ("1", "4")):
         if attack == "edgeless" and worse(default, fedavg) <= 0.01:
             add(
                 "2. under edgeless: within 1% of FedAvg wherever FedLNS() is",
@@ -135,9 +142,52 @@ def followup(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
+def settled(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    """Follow-up 2 (S1-S3: ``cohort_vote="settled"``) and its four criteria."""
+    checks, add = checklist()
+    honest = {"round": [0, 0], "settled": [0, 0]}  # criterion 1: honest updates rejected, of all, at 20%
+    within = {"placed": 0, "settled": 0}  # criterion 1: cells within 1% of FedAvg at 20%
+    clean_within = {"round": 0, "settled": 0}  # criterion 4
+    for name, key, ours, default, fedavg in rows(cells, add, ("2", "3"), vote="settled"):
+        fraction = key[2]
+        if fraction == 0.2:
+            for vote, run in (("round", default), ("settled", ours)):
+                honest[vote][0] += run["fp"]
+                honest[vote][1] += run["fp"] + run["tn"]
+            placed = cells[key].get("placed")
+            if placed is None:
+                add("every cell at 20% has the placed vote's run", f"{name}: missing", False)
+            else:
+                within["placed"] += worse(placed, fedavg) <= 0.01
+            within["settled"] += worse(ours, fedavg) <= 0.01
+        if fraction == 0:
+            for vote, run in (("round", default), ("settled", ours)):
+                clean_within[vote] += worse(run, fedavg) <= 0.01
+    (fp_round, all_round), (fp_settled, all_settled) = honest["round"], honest["settled"]
+    add(
+        "1. at 20%: fewer honest updates rejected than FedLNS()",
+        f"settled {fp_settled} of {all_settled}, FedLNS() {fp_round} of {all_round}",
+        fp_settled < fp_round,
+    )
+    add(
+        "1. at 20%: within 1% of FedAvg in as many cells as placed",
+        f"settled {within['settled']}, placed {within['placed']}",
+        within["settled"] >= within["placed"],
+    )
+    add(
+        "4. without attackers: within 1% of FedAvg in at least as many cells as FedLNS()",
+        f"settled {clean_within['settled']}, FedLNS() {clean_within['round']}",
+        clean_within["settled"] >= clean_within["round"],
+    )
+    return checks
+
+
+PLANS = {"--followup": followup, "--settled": settled}
+
+
 def main(argv: list[str]) -> int:
-    plan = followup if argv[:1] == ["--followup"] else table
-    argv = argv[1:] if plan is followup else argv
+    plan = PLANS.get(argv[0], table) if argv else table
+    argv = argv[1:] if plan is not table else argv
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
