@@ -855,8 +855,12 @@ class WeakCore(TargetCorruption):
             return client_params
         keys = sorted(global_params)
         honest = _stacked(global_params, client_params, benign, keys)
-        crafted = self.weak(honest, _stacked(global_params, client_params, malicious, keys), rng)
+        crafted = self.crafted(honest, _stacked(global_params, client_params, malicious, keys), rng)
         return _sending(global_params, client_params, malicious, self.lean(crafted, honest), keys)
+
+    def crafted(self, honest: np.ndarray, poisoned: np.ndarray, rng) -> np.ndarray:
+        """The attackers' rows before ``lean``: here ``weak``'s."""
+        return self.weak(honest, poisoned, rng)
 
     @staticmethod
     def weak(honest: np.ndarray, poisoned: np.ndarray, rng) -> np.ndarray:
@@ -931,15 +935,8 @@ class Edgeless(WeakCore):
     SPREADS = (1.0, 1.5, 2.0, 3.0)
     LEANS = tuple(k / 10 for k in range(10))
 
-    def craft(self, global_params, client_params, malicious, norm_keys, rng):
-        benign = [c for c in client_params if c not in malicious]
-        if len(malicious) < 2 or len(benign) < 2:
-            return client_params
-        keys = sorted(global_params)
-        honest = _stacked(global_params, client_params, benign, keys)
-        mean, noise, scale = self.spread(honest, _stacked(global_params, client_params, malicious, keys), rng)
-        sent = self.search(honest, mean, noise, scale)
-        return _sending(global_params, client_params, malicious, self.lean(sent, honest), keys)
+    def crafted(self, honest, poisoned, rng):
+        return self.search(honest, *self.spread(honest, poisoned, rng))
 
     @classmethod
     def search(cls, honest: np.ndarray, mean: np.ndarray, noise: np.ndarray, scale: float) -> np.ndarray:
