@@ -6,8 +6,9 @@
 #
 # Usage: bash scripts/results_placed_vote.sh [RUNS_DIR]   (default runs/placed-vote)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or against, A; or
-# matrix, B and C; or followup, D, E and F of its follow-up; or settled, S1-S3 of its follow-up 2), FAMILIES (default
-# "gpt llama": one family a sweep to split it), PARTITIONS (default "iid noniid": F's, to split it).
+# matrix, B and C; or followup, D, E and F of its follow-up; or settled, S1-S3 of its follow-up 2; or settled_followup,
+# its follow-up 3), FAMILIES (default "gpt llama": one family a sweep to split it), PARTITIONS (default "iid noniid":
+# F's, to split it).
 set -euo pipefail
 runs="${1:-runs/placed-vote}"
 # shellcheck source=scripts/lora_cells.sh
@@ -58,10 +59,25 @@ settled() {  # S1-S3 (PLAN.md's follow-up 2): cohort_vote="settled" where "place
     lora_sweep "$family" iid,noniid 0 100 none --methods fedlns_default --set cohort_vote=settled
   done
 }
+settled_followup() {  # follow-up 3 (PLAN.md): cohort_vote="settled" in D, E and F
+  local family fraction seed partition
+  for family in ${FAMILIES:-gpt llama}; do
+    for fraction in 0.4 0.2; do
+      lora_sweep "$family" iid "$fraction" 100 edgeless --methods fedlns_default --set cohort_vote=settled
+    done
+    for seed in 200 300; do
+      lora_sweep "$family" iid 0.4 "$seed" weak_core,agree_blend --methods fedlns_default --set cohort_vote=settled
+    done
+  done
+  for partition in ${PARTITIONS:-iid noniid}; do
+    lora_sweep bert "$partition" 0.4 100 "$matrix_attacks" --methods fedlns_default --set cohort_vote=settled
+  done
+}
 case "$part" in
   against) against ;;
   matrix) matrix ;;
   followup) followup ;;
   settled) settled ;;
+  settled_followup) settled_followup ;;
   *) against && matrix ;;
 esac
