@@ -13,13 +13,18 @@ With ``--settled``, follow-up 2 (S1-S3: ``cohort_vote="settled"``), its runs fir
 ``docs/results/placed-vote`` (``"placed"``, and FedLNS() and FedAvg under ``weak_core``) and
 ``docs/results/adaptive/seed100`` (FedLNS() and FedAvg in the matrix's cells).
 
-Usage: python scripts/placed_vote_table.py [--followup | --settled] STUDY MORE [MORE ...]
+With ``--settled-followup``, follow-up 3 (``"settled"`` in D, E and F), its runs first (``PART=settled_followup``),
+then ``docs/results/placed-vote/followup`` (FedAvg and ``FedLNS()`` in D and E), ``docs/results/adaptive/bert40`` and
+``docs/results/lora-matrix/frozen``.
+
+Usage: python scripts/placed_vote_table.py [--followup | --settled | --settled-followup] STUDY MORE [MORE ...]
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from functools import partial
 
 from cohort_vote_table import detects, gather, rates, text, worse  # scripts/, beside this one
 from cohort_weight_table import only
@@ -123,10 +128,10 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
-def followup(cells: dict) -> dict[str, list[tuple[str, bool]]]:
-    """The follow-up (D, E and F) and its four criteria."""
+def followup(cells: dict, vote: str = "placed") -> dict[str, list[tuple[str, bool]]]:
+    """The follow-up (D, E and F) and its four criteria, for ``FedLNS(cohort_vote=vote)``."""
     checks, add = checklist()
-    for name, (family, _, fraction, attack, _), ours, default, fedavg in rows(cells, add, ("1", "4")):
+    for name, (family, _, fraction, attack, _), ours, default, fedavg in rows(cells, add, ("1", "4"), vote=vote):
         if attack == "edgeless" and worse(default, fedavg) <= 0.01:
             add(
                 "2. under edgeless: within 1% of FedAvg wherever FedLNS() is",
@@ -182,7 +187,7 @@ def settled(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
-PLANS = {"--followup": followup, "--settled": settled}
+PLANS = {"--followup": followup, "--settled": settled, "--settled-followup": partial(followup, vote="settled")}
 
 
 def main(argv: list[str]) -> int:
