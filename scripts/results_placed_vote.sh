@@ -7,8 +7,8 @@
 # Usage: bash scripts/results_placed_vote.sh [RUNS_DIR]   (default runs/placed-vote)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or against, A; or
 # matrix, B and C; or followup, D, E and F of its follow-up; or settled, S1-S3 of its follow-up 2; or settled_followup,
-# its follow-up 3), FAMILIES (default "gpt llama": one family a sweep to split it), PARTITIONS (default "iid noniid":
-# F's, to split it).
+# its follow-up 3; or settled_cpu, its follow-up 4), FAMILIES (one family a sweep to split a part), PARTITIONS
+# (default "iid noniid": F's, to split it).
 set -euo pipefail
 runs="${1:-runs/placed-vote}"
 # shellcheck source=scripts/lora_cells.sh
@@ -73,11 +73,32 @@ settled_followup() {  # follow-up 3 (PLAN.md): cohort_vote="settled" in D, E and
     lora_sweep bert "$partition" 0.4 100 "$matrix_attacks" --methods fedlns_default --set cohort_vote=settled
   done
 }
+settled_cpu() {  # follow-up 4 (PLAN.md): cohort_vote="settled" in adaptive's cpu-preset cells
+  local family attack seed
+  cpu_sweep() {  # FAMILY PARTITION FRACTION SEED ATTACK: the settled vote in one cpu-preset cell, as adaptive ran it
+    local args=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families "$1"
+      --partitions "$2" --fractions "$3" --seeds "$4" --no-references --methods fedlns_default
+      --set cohort_vote=settled)
+    [ "$3" = 0 ] || args+=(--attacks "$5")
+    "$sim" sweep "${args[@]}"
+  }
+  for family in ${FAMILIES:-gpt bert llama}; do
+    if [ "$family" = gpt ]; then
+      for seed in 800 1000; do cpu_sweep gpt iid 0.4 "$seed" majority_drift; done
+      for attack in target_corruption majority_only alie; do cpu_sweep gpt iid 0.4 800 "$attack"; done
+      cpu_sweep gpt noniid 0 800 none
+      for attack in majority_only alie; do cpu_sweep gpt iid 0.4 1000 "$attack"; done
+    else
+      for attack in target_corruption majority_only; do cpu_sweep "$family" iid 0.4 800 "$attack"; done
+    fi
+  done
+}
 case "$part" in
   against) against ;;
   matrix) matrix ;;
   followup) followup ;;
   settled) settled ;;
   settled_followup) settled_followup ;;
+  settled_cpu) settled_cpu ;;
   *) against && matrix ;;
 esac
