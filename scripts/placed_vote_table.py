@@ -17,7 +17,10 @@ With ``--settled-followup``, follow-up 3 (``"settled"`` in D, E and F), its runs
 then ``docs/results/placed-vote/followup`` (FedAvg and ``FedLNS()`` in D and E), ``docs/results/adaptive/bert40`` and
 ``docs/results/lora-matrix/frozen``.
 
-Usage: python scripts/placed_vote_table.py [--followup | --settled | --settled-followup] STUDY MORE [MORE ...]
+With ``--settled-cpu``, follow-up 4 (``"settled"`` in the ``cpu`` preset), its runs first (``PART=settled_cpu``), then
+``docs/results/adaptive`` (its candidate's runs: ``FedLNS()`` as it ships).
+
+Usage: python scripts/placed_vote_table.py [--followup | --settled | --settled-followup | --settled-cpu] STUDY MORE...
 """
 
 from __future__ import annotations
@@ -45,12 +48,12 @@ def versus(run: dict | None, than: dict | None) -> str:
 
 
 def rows(
-    cells: dict, add, numbers: tuple[str, str], vote: str = "placed"
-) -> Iterator[tuple[str, tuple, dict, dict, dict]]:
+    cells: dict, add, numbers: tuple[str, str], vote: str = "placed", need_fedavg: bool = True
+) -> Iterator[tuple[str, tuple, dict, dict, dict | None]]:
     """Print the table, one row per cell with the candidate's run (``FedLNS(cohort_vote=vote)``); yield each
     complete cell's name, key, and the candidate's, FedLNS()'s and FedAvg's runs, after adding the two criteria
     every plan has (``add``, numbered as in the plan by ``numbers``: at most 1% worse than FedLNS(), and no round of
-    attackers only where FedLNS() has none)."""
+    attackers only where FedLNS() has none). Without ``need_fedavg`` a cell needs only FedLNS()'s run."""
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. FedLNS(): as")
     print(f'it ships (`cohort_vote="round"`); {vote}: `FedLNS(cohort_vote="{vote}")`.\n')
     print(
@@ -71,7 +74,7 @@ def rows(
             f"**{text(ours)}** | {versus(ours, default)} | {versus(default, fedavg)} | {versus(ours, fedavg)} | "
             f"{rates(default)} | {rates(ours)} | {only(default)} | {only(ours)} |"
         )
-        if default is None or fedavg is None:
+        if default is None or (need_fedavg and fedavg is None):
             add("every cell has FedLNS()'s and FedAvg's runs", f"{name}: missing", False)
             continue
         add(
@@ -187,7 +190,25 @@ def settled(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
-PLANS = {"--followup": followup, "--settled": settled, "--settled-followup": partial(followup, vote="settled")}
+def settled_cpu(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    """Follow-up 4 (``cohort_vote="settled"`` in the ``cpu`` preset) and its three criteria."""
+    checks, add = checklist()
+    for name, (_, _, fraction, attack, _), ours, default, _ in rows(cells, add, ("1", "2"), "settled", False):
+        if fraction == 0.4 and attack == "target_corruption" and detects(default):
+            add(
+                "3. target corruption at 40%: TPR >= 0.95 and FPR <= 0.05 wherever FedLNS() meets it",
+                f"{name}: {rates(ours)}",
+                detects(ours),
+            )
+    return checks
+
+
+PLANS = {
+    "--followup": followup,
+    "--settled": settled,
+    "--settled-followup": partial(followup, vote="settled"),
+    "--settled-cpu": settled_cpu,
+}
 
 
 def main(argv: list[str]) -> int:
