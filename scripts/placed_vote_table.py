@@ -43,6 +43,11 @@ def today(run: dict) -> bool:
     return run["method"] != "fedlns_default" or all(config.get(k) == v for k, v in SHIPPED.items())
 
 
+def from_scratch(run: dict) -> bool:
+    """As :func:`today`, of the runs that train the whole model (the ``cpu`` preset), not LoRA adapters."""
+    return today(run) and not run["config"].get("peft")
+
+
 def versus(run: dict | None, than: dict | None) -> str:
     return "-" if run is None or than is None else f"{worse(run, than):+.1%}"
 
@@ -217,7 +222,8 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    checks = plan(gather(argv, keep=today))
+    keep = from_scratch if plan is settled_cpu else today  # adaptive's folder holds LoRA runs of the same cells
+    checks = plan(gather(argv, keep=keep))
     print("\n## The plan's criteria\n")
     print_checks(dict(sorted(checks.items())))
     return 0
