@@ -633,9 +633,11 @@ def cohort_rule(
             # the same majority bar; the round's edges place only the ids it leaves unplaced ("placed": nobody;
             # "settled": nobody once the history holds a majority cohort, before that as "round").
             history = before.updated(ids, None, decay).sides()
-            if vote == "placed" or (vote == "settled" and any(history.values())):
+            if vote == "settled" and not any(history.values()):
+                pass  # the history places nobody yet: the round's own edges vote, as under "round"
+            elif vote in ("placed", "settled"):
                 side = {client_id: history[client_id] for client_id in side}
-            elif vote != "settled":
+            else:
                 side = {client_id: history[client_id] or s for client_id, s in side.items()}
         open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0
         members = [cut.first, ~cut.first]
