@@ -95,6 +95,28 @@ def rows(
         yield name, key, ours, default, fedavg
 
 
+def rejected(tally: dict, vote: str, run: dict) -> None:
+    """Add ``run``'s honest updates rejected, and all its honest updates, to ``tally[vote]``."""
+    tally[vote][0] += run["fp"]
+    tally[vote][1] += run["fp"] + run["tn"]
+
+
+def fewer_rejected(add, tally: dict, vote: str) -> None:
+    """The criterion that ``vote`` rejects fewer honest updates at 20% than FedLNS() (``tally["round"]``)."""
+    (fp_round, all_round), (fp, total) = tally["round"], tally[vote]
+    add(
+        "1. at 20%: fewer honest updates rejected than FedLNS()",
+        f"{vote} {fp} of {total}, FedLNS() {fp_round} of {all_round}",
+        fp < fp_round,
+    )
+
+
+def as_many(add, test: str, counts: dict, vote: str, other: str) -> None:
+    """The criterion that ``counts[vote]`` is at least ``counts[other]`` (``"round"`` is FedLNS())."""
+    label = "FedLNS()" if other == "round" else other
+    add(test, f"{vote} {counts[vote]}, {label} {counts[other]}", counts[vote] >= counts[other])
+
+
 def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     """The first plan (A, B and C) and its five criteria."""
     checks, add = checklist()
@@ -105,8 +127,7 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
         matrix = seed in (100, 300) and (attack in MATRIX_ATTACKS or fraction == 0)
         if matrix and fraction == 0.2:
             for vote, run in (("round", default), ("placed", ours)):
-                honest[vote][0] += run["fp"]
-                honest[vote][1] += run["fp"] + run["tn"]
+                rejected(honest, vote, run)
                 within[vote] += worse(run, fedavg) <= 0.01
         if matrix and fraction == 0:
             for vote, run in (("round", default), ("placed", ours)):
@@ -117,22 +138,9 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
                 f"{name}: {rates(ours)}",
                 detects(ours),
             )
-    (fp_round, all_round), (fp_placed, all_placed) = honest["round"], honest["placed"]
-    add(
-        "1. at 20%: fewer honest updates rejected than FedLNS()",
-        f"placed {fp_placed} of {all_placed}, FedLNS() {fp_round} of {all_round}",
-        fp_placed < fp_round,
-    )
-    add(
-        "1. at 20%: within 1% of FedAvg in at least as many cells",
-        f"placed {within['placed']}, FedLNS() {within['round']}",
-        within["placed"] >= within["round"],
-    )
-    add(
-        "5. without attackers: within 1% of FedAvg in at least as many cells",
-        f"placed {clean_within['placed']}, FedLNS() {clean_within['round']}",
-        clean_within["placed"] >= clean_within["round"],
-    )
+    fewer_rejected(add, honest, "placed")
+    as_many(add, "1. at 20%: within 1% of FedAvg in at least as many cells", within, "placed", "round")
+    as_many(add, "5. without attackers: within 1% of FedAvg in at least as many cells", clean_within, "placed", "round")
     return checks
 
 
@@ -165,8 +173,7 @@ def settled(cells: dict) -> dict[str, list[tuple[str, bool]]]:
         fraction = key[2]
         if fraction == 0.2:
             for vote, run in (("round", default), ("settled", ours)):
-                honest[vote][0] += run["fp"]
-                honest[vote][1] += run["fp"] + run["tn"]
+                rejected(honest, vote, run)
             placed = cells[key].get("placed")
             if placed is None:
                 add("every cell at 20% has the placed vote's run", f"{name}: missing", False)
@@ -176,22 +183,10 @@ def settled(cells: dict) -> dict[str, list[tuple[str, bool]]]:
         if fraction == 0:
             for vote, run in (("round", default), ("settled", ours)):
                 clean_within[vote] += worse(run, fedavg) <= 0.01
-    (fp_round, all_round), (fp_settled, all_settled) = honest["round"], honest["settled"]
-    add(
-        "1. at 20%: fewer honest updates rejected than FedLNS()",
-        f"settled {fp_settled} of {all_settled}, FedLNS() {fp_round} of {all_round}",
-        fp_settled < fp_round,
-    )
-    add(
-        "1. at 20%: within 1% of FedAvg in as many cells as placed",
-        f"settled {within['settled']}, placed {within['placed']}",
-        within["settled"] >= within["placed"],
-    )
-    add(
-        "4. without attackers: within 1% of FedAvg in at least as many cells as FedLNS()",
-        f"settled {clean_within['settled']}, FedLNS() {clean_within['round']}",
-        clean_within["settled"] >= clean_within["round"],
-    )
+    fewer_rejected(add, honest, "settled")
+    as_many(add, "1. at 20%: within 1% of FedAvg in as many cells as placed", within, "settled", "placed")
+    test = "4. without attackers: within 1% of FedAvg in at least as many cells as FedLNS()"
+    as_many(add, test, clean_within, "settled", "round")
     return checks
 
 
