@@ -35,50 +35,40 @@ matrix() {  # B and C: the candidate in the matrix's cells, 20% and without atta
     done
   done
 }
-followup() {  # D, E and F (PLAN.md's follow-up): the attack written against the candidate, its loss's seeds, BERT
-  local family fraction seed partition
+settled_vote=(--methods fedlns_default --set cohort_vote=settled)  # follow-ups 2-4's candidate
+seeds_against() {  # D and E (PLAN.md's follow-up) with the given sweep options: edgeless, and weak_core's seeds
+  local family fraction seed
   for family in ${FAMILIES:-gpt llama}; do
-    for fraction in 0.4 0.2; do
-      lora_sweep "$family" iid "$fraction" 100 edgeless --methods fedavg,fedlns_default
-      lora_sweep "$family" iid "$fraction" 100 edgeless "${candidate[@]}"
-    done
-    for seed in 200 300; do
-      lora_sweep "$family" iid 0.4 "$seed" weak_core,agree_blend --methods fedavg,fedlns_default
-      lora_sweep "$family" iid 0.4 "$seed" weak_core,agree_blend "${candidate[@]}"
-    done
+    for fraction in 0.4 0.2; do lora_sweep "$family" iid "$fraction" 100 edgeless "$@"; done
+    for seed in 200 300; do lora_sweep "$family" iid 0.4 "$seed" weak_core,agree_blend "$@"; done
   done
-  for partition in ${PARTITIONS:-iid noniid}; do
-    lora_sweep bert "$partition" 0.4 100 "$matrix_attacks" "${candidate[@]}"
-  done
+}
+bert_cells() {  # F (PLAN.md's follow-up) with the given sweep options: BERT 40%, the matrix's six attacks
+  local partition
+  for partition in ${PARTITIONS:-iid noniid}; do lora_sweep bert "$partition" 0.4 100 "$matrix_attacks" "$@"; done
+}
+followup() {  # D, E and F (PLAN.md's follow-up): the attack written against the candidate, its loss's seeds, BERT
+  seeds_against --methods fedavg,fedlns_default
+  seeds_against "${candidate[@]}"
+  bert_cells "${candidate[@]}"
 }
 settled() {  # S1-S3 (PLAN.md's follow-up 2): cohort_vote="settled" where "placed" made its gains and its one loss
   local family
   for family in ${FAMILIES:-gpt llama}; do
-    lora_sweep "$family" iid,noniid 0.2 100 "$matrix_attacks" --methods fedlns_default --set cohort_vote=settled
-    lora_sweep "$family" iid 0.4 100 weak_core --methods fedlns_default --set cohort_vote=settled
-    lora_sweep "$family" iid,noniid 0 100 none --methods fedlns_default --set cohort_vote=settled
+    lora_sweep "$family" iid,noniid 0.2 100 "$matrix_attacks" "${settled_vote[@]}"
+    lora_sweep "$family" iid 0.4 100 weak_core "${settled_vote[@]}"
+    lora_sweep "$family" iid,noniid 0 100 none "${settled_vote[@]}"
   done
 }
 settled_followup() {  # follow-up 3 (PLAN.md): cohort_vote="settled" in D, E and F
-  local family fraction seed partition
-  for family in ${FAMILIES:-gpt llama}; do
-    for fraction in 0.4 0.2; do
-      lora_sweep "$family" iid "$fraction" 100 edgeless --methods fedlns_default --set cohort_vote=settled
-    done
-    for seed in 200 300; do
-      lora_sweep "$family" iid 0.4 "$seed" weak_core,agree_blend --methods fedlns_default --set cohort_vote=settled
-    done
-  done
-  for partition in ${PARTITIONS:-iid noniid}; do
-    lora_sweep bert "$partition" 0.4 100 "$matrix_attacks" --methods fedlns_default --set cohort_vote=settled
-  done
+  seeds_against "${settled_vote[@]}"
+  bert_cells "${settled_vote[@]}"
 }
 settled_cpu() {  # follow-up 4 (PLAN.md): cohort_vote="settled" in adaptive's cpu-preset cells
   local family attack seed
   cpu_sweep() {  # FAMILY PARTITION FRACTION SEED ATTACK: the settled vote in one cpu-preset cell, as adaptive ran it
     local args=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families "$1"
-      --partitions "$2" --fractions "$3" --seeds "$4" --no-references --methods fedlns_default
-      --set cohort_vote=settled)
+      --partitions "$2" --fractions "$3" --seeds "$4" --no-references "${settled_vote[@]}")
     [ "$3" = 0 ] || args+=(--attacks "$5")
     "$sim" sweep "${args[@]}"
   }
