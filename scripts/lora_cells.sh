@@ -4,7 +4,12 @@
 # settings) and may add to common (sweep options for every run).
 
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set peft_norms=false --set signature=auto --no-references)
+# FedLNS()'s vote before docs/results/placed-vote made cohort_vote="settled" its default, the one every study that
+# sources this file ran it with: pinned in every sweep so that they re-run (and resume) as made; a study of another
+# vote sets its own after it.
+round_vote=(--set cohort_vote=round)
+common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set peft_norms=false --set signature=auto --no-references
+  "${round_vote[@]}")
 part="${PART:-all}"
 
 rate() { case "$1" in gpt | llama) echo 1e-2 ;; bert) echo 5e-3 ;; esac; }

@@ -18,7 +18,7 @@ candidate=(--set cohort_weight=agreeing --set cohort_undecided=adaptive)
 ATTACKS=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band  # the LoRA matrix's six
 cpu_cell() {  # cpu_cell FAMILY PARTITION FRACTION SEED ATTACK [METHODS]: the default and the candidate (and METHODS)
   local args=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families "$1"
-    --partitions "$2" --fractions "$3" --seeds "$4" --no-references)
+    "${round_vote[@]}" --partitions "$2" --fractions "$3" --seeds "$4" --no-references)
   [ "$3" = 0 ] || args+=(--attacks "$5")
   "$sim" sweep "${args[@]}" --methods "fedlns_default${6:+,$6}" "${previous[@]}"
   "$sim" sweep "${args[@]}" --methods fedlns_default "${previous[@]}" "${candidate[@]}"

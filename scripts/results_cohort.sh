@@ -14,10 +14,10 @@ set -euo pipefail
 runs="${1:-runs/cohort}"
 seeds="${2:-100 200 300}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-# FedLNS() as it shipped when these runs were made (the tree's cut, the unit weight, the support fallback), pinned so that the
-# script re-runs and resumes them as made after the defaults changed.
+# FedLNS() as it shipped when these runs were made (the tree's cut, the unit weight, the support fallback, the round
+# vote), pinned so that the script re-runs and resumes them as made after the defaults changed.
 common=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs"
-  --set cohort_cut=tree --set cohort_weight=unit --set cohort_undecided=support)
+  --set cohort_cut=tree --set cohort_weight=unit --set cohort_undecided=support --set cohort_vote=round)
 old=target_corruption,backdoor,sign_flip,scaling,gaussian,alie,ipm,minmax,norm_mimicry,norm_freeze,decoy,delta_budget
 new=norm_noise,band_mimic,ipm_search,majority_only
 for seed in $seeds; do

@@ -8,10 +8,10 @@
 set -euo pipefail
 runs="${1:-runs/cohort-vote}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-# FedLNS() as it shipped when these runs were made (the tree's cut, the unit weight, the support fallback), pinned
-# so that the script re-runs and resumes them as made after the defaults changed.
+# FedLNS() as it shipped when these runs were made (the tree's cut, the unit weight, the support fallback, the round
+# vote), pinned so that the script re-runs and resumes them as made after the defaults changed.
 common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set peft_norms=false --set signature=auto --no-references
-  --set cohort_cut=tree --set cohort_weight=unit --set cohort_undecided=support)
+  --set cohort_cut=tree --set cohort_weight=unit --set cohort_undecided=support --set cohort_vote=round)
 attacks=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band
 gpt_llama=(--families gpt,llama --set learning_rate=1e-2)
 gpt=(--families gpt --set learning_rate=1e-2)

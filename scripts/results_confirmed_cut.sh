@@ -8,9 +8,9 @@ set -euo pipefail
 runs="${1:?usage: results_confirmed_cut.sh RUNS [STEP] (the steps: see the first lines)}"
 step="${2:-all}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-# FedLNS() as it shipped when these runs were made (the unit weight, the support fallback), pinned so that the script
-# re-runs and resumes them as made after the defaults changed; each step sets the cut it measures.
-common=(--jobs 2 --no-progress --set cohort_weight=unit --set cohort_undecided=support)
+# FedLNS() as it shipped when these runs were made (the unit weight, the support fallback, the round vote), pinned so
+# that the script re-runs and resumes them as made after the defaults changed; each step sets the cut it measures.
+common=(--jobs 2 --no-progress --set cohort_weight=unit --set cohort_undecided=support --set cohort_vote=round)
 frozen=(--preset lora "${common[@]}" --set peft_norms=false --set signature=auto)  # lora-matrix's frozen/ payload
 
 if [[ $step == quick || $step == all ]]; then  # full-model training from scratch, the quickstart's setting

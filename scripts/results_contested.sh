@@ -15,7 +15,7 @@ runs="${1:-runs/contested}"
 candidate=(--set cohort_weight=agreeing --set cohort_undecided=hold_contested)
 cpu_cell() {  # cpu_cell PARTITION FRACTION ATTACK: GPT from scratch at seed 800, the default and the candidate
   local args=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families gpt
-    --partitions "$1" --fractions "$2" --seeds 800 --methods fedlns_default --no-references)
+    "${round_vote[@]}" --partitions "$1" --fractions "$2" --seeds 800 --methods fedlns_default --no-references)
   [ "$2" = 0 ] || args+=(--attacks "$3")
   "$sim" sweep "${args[@]}" "${previous[@]}"
   "$sim" sweep "${args[@]}" "${previous[@]}" "${candidate[@]}"

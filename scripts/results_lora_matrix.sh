@@ -18,10 +18,11 @@ step="${1:?usage: results_lora_matrix.sh lr|targets|matrix [RUNS_DIR]}"
 runs="${2:-runs/lora-matrix}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
 # The matrix was made before FedLNS() took cohort_cut="confirmed" (which never fired in its cells:
-# docs/results/confirmed-cut) and cohort_weight="agreeing", cohort_undecided="adaptive" (docs/results/adaptive);
-# pinned so that a resumed sweep skips the archived runs instead of re-running them.
+# docs/results/confirmed-cut) and cohort_weight="agreeing", cohort_undecided="adaptive" (docs/results/adaptive)
+# and cohort_vote="settled" (docs/results/placed-vote); pinned so that a resumed sweep skips the archived runs instead
+# of re-running them.
 common=(--preset lora --jobs "${JOBS:-2}" --no-progress --set cohort_cut=tree --set cohort_weight=unit
-  --set cohort_undecided=support)
+  --set cohort_undecided=support --set cohort_vote=round)
 attacks=target_corruption,backdoor,ipm,alie,lora_quiet,lora_band
 baselines=fedavg,flame,multi_krum,coordinate_median,norm_bounded_fedavg
 frozen=(--set peft_norms=false --set signature=auto)

@@ -8,10 +8,11 @@
 set -euo pipefail
 runs="${1:-runs/lora-warmup}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-# FedLNS() as it shipped when these runs were made (the tree's cut, the unit weight, the support fallback), pinned
-# so that the script re-runs and resumes them as made after the defaults changed.
+# FedLNS() as it shipped when these runs were made (the tree's cut, the unit weight, the support fallback, the round
+# vote), pinned so that the script re-runs and resumes them as made after the defaults changed.
 base=(--preset lora --jobs "${JOBS:-2}" --no-progress --no-references --seeds 100 --set peft_norms=false
-  --set signature=auto --set cohort_cut=tree --set cohort_weight=unit --set cohort_undecided=support)
+  --set signature=auto --set cohort_cut=tree --set cohort_weight=unit --set cohort_undecided=support
+  --set cohort_vote=round)
 common=("${base[@]}" --methods fedlns_default)
 
 for warmup in hold screen; do

@@ -12,10 +12,11 @@ set -euo pipefail
 runs="${1:-runs/robust}"
 seeds="${2:-100 200 300}"
 sim="${FEDLNS_SIM:-.venv/bin/fedlns-sim}"
-# FedLNS() as it shipped when these runs were made (the support rule, before the cohort rule), pinned so that the
+# FedLNS() as it shipped when these runs were made (the support rule, before the cohort rule; the round vote), pinned so that the
 # script re-runs and resumes them as made after the defaults changed.
 common=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs"
-  --set default_rule=support --set cohort_undecided=keep --set cohort_cut=tree --set cohort_weight=unit)
+  --set default_rule=support --set cohort_undecided=keep --set cohort_cut=tree --set cohort_weight=unit
+  --set cohort_vote=round)
 old=target_corruption,backdoor,sign_flip,scaling,gaussian,alie,ipm,minmax,norm_mimicry,norm_freeze,decoy,delta_budget
 new=norm_noise,band_mimic,ipm_search
 methods=fedavg,norm_bounded_fedavg,coordinate_median,trimmed_mean,multi_krum,flame,fedlns,fedlns_multi_krum,fedlns_median,fedlns_norm_bound

@@ -354,10 +354,21 @@ def test_the_centered_cut_rejects_nobody_without_attackers(common):
         assert tally[3] == 0, (seed, tally)
 
 
-def test_the_round_vote_stays_the_default():
-    assert FedLNS().cohort_vote == "round" and FedLNS(cohort_vote="history").cohort_vote == "history"
+def test_the_settled_vote_is_the_default_and_a_screener_saved_before_the_setting_loads_with_the_round_vote(tmp_path):
+    assert FedLNS().cohort_vote == "settled" and FedLNS(cohort_vote="history").cohort_vote == "history"
     with pytest.raises(ValueError, match="cohort_vote"):
         FedLNS(cohort_vote="prior").validate_params()
+    from fedlns_core._bank import HistoryBank
+    from fedlns_core._io import read_state, write_state
+
+    FedLNS(random_state=0).save(tmp_path / "new.npz")
+    assert FedLNS.load(tmp_path / "new.npz").cohort_vote == "settled"
+    header, arrays = read_state(tmp_path / "new.npz", "screener",
+                                lambda h: HistoryBank._expected_arrays(h.get("bank")))
+    del header["params"]["cohort_vote"]  # a file written before the setting existed
+    header = {k: v for k, v in header.items() if k not in ("format", "kind", "version")}
+    write_state(tmp_path / "old.npz", "screener", header, arrays)
+    assert FedLNS.load(tmp_path / "old.npz").cohort_vote == "round"
 
 
 @pytest.mark.parametrize("weight", ["coherence", "unit"])

@@ -101,6 +101,22 @@ def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():
         "fedlns_support", "fedlns_default", "fedavg"]
 
 
+def test_runs_made_before_the_settled_vote_keep_the_round_vote_and_their_name():
+    from fedlns_sim.methods import make_screener
+
+    today = Config(method="fedlns_default")
+    archived = {k: v for k, v in today.to_dict().items() if k != "cohort_vote"}  # written before the setting
+    assert make_screener(today).cohort_vote == "settled"
+    assert make_screener(config_from_dict(archived)).cohort_vote == "round"
+    round_vote = Config(method="fedlns_default", cohort_vote="round")
+    assert config_from_dict(archived).run_name() == round_vote.run_name() != today.run_name()
+    # Other methods do not read it: their archived runs, written with the round vote, load and keep their names.
+    fedavg = {**Config(method="fedavg").to_dict(), "cohort_vote": "round"}
+    assert config_from_dict(fedavg).run_name() == Config(method="fedavg").run_name()
+    with pytest.raises(ValueError, match="quorum"):
+        Config(method="fedavg", quorum=0.5).validate()
+
+
 def test_runs_made_before_the_confirmed_cut_keep_the_tree_cut_and_their_name():
     from fedlns_sim.methods import make_screener
 

@@ -110,11 +110,17 @@ DEFAULT_METHOD_KEYS = (
     "quorum",
 )
 #: Of those, the ones a run of another method may not change (the others keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_vote", "quorum")
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "quorum")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
-LEGACY = {"default_rule": "support", "cohort_undecided": "keep", "cohort_cut": "tree", "cohort_weight": "unit"}
+LEGACY = {
+    "default_rule": "support",
+    "cohort_undecided": "keep",
+    "cohort_cut": "tree",
+    "cohort_weight": "unit",
+    "cohort_vote": "round",
+}
 
 
 def experiment_fields(config_dict: dict) -> dict:
@@ -217,8 +223,8 @@ class Config:
     # so it names every method's runs
     default_clip: str = "median"  # fedlns_default's FedLNS(clip=...): median (its default) | none
     default_warmup: str = "aggregate"  # fedlns_default's FedLNS(warmup=...): aggregate (its default) | hold | screen
-    cohort_vote: str = "round"  # fedlns_default's FedLNS(cohort_vote=...): round (its default) | history | strong |
-    # placed | settled
+    cohort_vote: str = "settled"  # fedlns_default's FedLNS(cohort_vote=...): settled (its default) | round (its
+    # default before: runs archived before it, LEGACY) | history | strong | placed
     cohort_weight: str = "agreeing"  # fedlns_default's FedLNS(cohort_weight=...): agreeing (its default) | unit (its
     # default before: runs archived before it, LEGACY) | coherence
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
