@@ -20,7 +20,12 @@ then ``docs/results/placed-vote/followup`` (FedAvg and ``FedLNS()`` in D and E),
 With ``--settled-cpu``, follow-up 4 (``"settled"`` in the ``cpu`` preset), its runs first (``PART=settled_cpu``), then
 ``docs/results/adaptive`` (its candidate's runs: ``FedLNS()`` as it ships).
 
-Usage: python scripts/placed_vote_table.py [--followup | --settled | --settled-followup | --settled-cpu] STUDY MORE...
+With ``--settled-against``, follow-up 5 (``FedLNS()``, now the settled vote, against ``weak_sleeper``, ``agree_blend``
+at seeds 400 and 500, and A's other attacks), its runs first (``PART=settled_against``, the round vote's and FedAvg's
+runs of W and X with them), then ``docs/results/placed-vote`` (A's round-vote and FedAvg runs).
+
+Usage: python scripts/placed_vote_table.py [--followup | --settled | --settled-followup | --settled-cpu |
+       --settled-against] STUDY MORE...
 """
 
 from __future__ import annotations
@@ -53,17 +58,24 @@ def versus(run: dict | None, than: dict | None) -> str:
 
 
 def rows(
-    cells: dict, add, numbers: tuple[str, str], vote: str = "placed", need_fedavg: bool = True
+    cells: dict, add, numbers: tuple[str, str], vote: str = "placed", need_fedavg: bool = True, shipped: bool = False
 ) -> Iterator[tuple[str, tuple, dict, dict, dict | None]]:
     """Print the table, one row per cell with the candidate's run (``FedLNS(cohort_vote=vote)``); yield each
     complete cell's name, key, and the candidate's, FedLNS()'s and FedAvg's runs, after adding the two criteria
     every plan has (``add``, numbered as in the plan by ``numbers``: at most 1% worse than FedLNS(), and no round of
-    attackers only where FedLNS() has none). Without ``need_fedavg`` a cell needs only FedLNS()'s run."""
-    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. FedLNS(): as")
-    print(f'it ships (`cohort_vote="round"`); {vote}: `FedLNS(cohort_vote="{vote}")`.\n')
+    attackers only where FedLNS() has none). Without ``need_fedavg`` a cell needs only FedLNS()'s run. With
+    ``shipped``, ``vote`` is FedLNS() as it ships and the runs with the round vote are labelled by it, the default
+    before."""
+    base = "round" if shipped else "FedLNS()"  # what the candidate is compared with
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. ", end="")
+    if shipped:
+        print(f'{vote}: `FedLNS()`\nas it ships (`cohort_vote="{vote}"`); round: `FedLNS(cohort_vote="round")`, the default')
+        print("before.\n")
+    else:
+        print(f'FedLNS(): as\nit ships (`cohort_vote="round"`); {vote}: `FedLNS(cohort_vote="{vote}")`.\n')
     print(
-        f"| seed | family | partition | malicious | attack | FedAvg | FedLNS() | **{vote}** | {vote} vs FedLNS() "
-        f"| vs FedAvg: FedLNS() | {vote} | TPR / FPR FedLNS() | {vote} | attackers only: FedLNS() | {vote} |"
+        f"| seed | family | partition | malicious | attack | FedAvg | {base} | **{vote}** | {vote} vs {base} "
+        f"| vs FedAvg: {base} | {vote} | TPR / FPR {base} | {vote} | attackers only: {base} | {vote} |"
     )
     print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for key in sorted(cells, key=lambda k: (k[4], k[0], k[1], -k[2], k[3])):
@@ -80,16 +92,16 @@ def rows(
             f"{rates(default)} | {rates(ours)} | {only(default)} | {only(ours)} |"
         )
         if default is None or (need_fedavg and fedavg is None):
-            add("every cell has FedLNS()'s and FedAvg's runs", f"{name}: missing", False)
+            add(f"every cell has {base}'s and FedAvg's runs", f"{name}: missing", False)
             continue
         add(
-            f"{numbers[0]}. at most 1% worse than FedLNS() (best checkpoint and last 10 rounds)",
+            f"{numbers[0]}. at most 1% worse than {base} (best checkpoint and last 10 rounds)",
             f"{name}: {worse(ours, default):+.1%}",
             worse(ours, default) <= 0.01,
         )
         add(
-            f"{numbers[1]}. no round of attackers only where FedLNS() has none",
-            f"{name}: {vote} {only(ours)}, FedLNS() {only(default)}",
+            f"{numbers[1]}. no round of attackers only where {base} has none",
+            f"{name}: {vote} {only(ours)}, {base} {only(default)}",
             not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
         )
         yield name, key, ours, default, fedavg
@@ -203,11 +215,24 @@ def settled_cpu(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
+def settled_against(cells: dict) -> dict[str, list[tuple[str, bool]]]:
+    """Follow-up 5 (``FedLNS()`` with the settled vote against W, X and Y) and its three criteria."""
+    checks, add = checklist()
+    for name, _, ours, _, fedavg in rows(cells, add, ("1", "2"), vote="settled", shipped=True):
+        add(
+            "3. within 1% of FedAvg (best checkpoint and last 10 rounds)",
+            f"{name}: {worse(ours, fedavg):+.1%}",
+            worse(ours, fedavg) <= 0.01,
+        )
+    return checks
+
+
 PLANS = {
     "--followup": followup,
     "--settled": settled,
     "--settled-followup": partial(followup, vote="settled"),
     "--settled-cpu": settled_cpu,
+    "--settled-against": settled_against,
 }
 
 

@@ -7,8 +7,8 @@
 # Usage: bash scripts/results_placed_vote.sh [RUNS_DIR]   (default runs/placed-vote)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or against, A; or
 # matrix, B and C; or followup, D, E and F of its follow-up; or settled, S1-S3 of its follow-up 2; or settled_followup,
-# its follow-up 3; or settled_cpu, its follow-up 4), FAMILIES (one family a sweep to split a part), PARTITIONS
-# (default "iid noniid": F's, to split it).
+# its follow-up 3; or settled_cpu, its follow-up 4; or settled_against, its follow-up 5), FAMILIES (one family a
+# sweep to split a part), PARTITIONS (default "iid noniid": F's, to split it).
 set -euo pipefail
 runs="${1:-runs/placed-vote}"
 # shellcheck source=scripts/lora_cells.sh
@@ -35,7 +35,7 @@ matrix() {  # B and C: the candidate in the matrix's cells, 20% and without atta
     done
   done
 }
-settled_vote=(--methods fedlns_default --set cohort_vote=settled)  # follow-ups 2-4's candidate
+settled_vote=(--methods fedlns_default --set cohort_vote=settled)  # follow-ups 2-4's candidate, 5's FedLNS()
 seeds_against() {  # D and E (PLAN.md's follow-up) with the given sweep options: edgeless, and weak_core's seeds
   local family fraction seed
   for family in ${FAMILIES:-gpt llama}; do
@@ -83,6 +83,22 @@ settled_cpu() {  # follow-up 4 (PLAN.md): cohort_vote="settled" in adaptive's cp
     fi
   done
 }
+settled_against() {  # follow-up 5 (PLAN.md): FedLNS() with the settled vote against weak_sleeper (W), agree_blend's
+  # seeds (X) and A's other attacks (Y); the round vote is common's pin (lora_cells.sh's round_vote)
+  local family fraction seed
+  for family in ${FAMILIES:-gpt llama}; do
+    for fraction in 0.4 0.2; do
+      lora_sweep "$family" iid "$fraction" 100 weak_sleeper --methods fedavg,fedlns_default
+      lora_sweep "$family" iid "$fraction" 100 weak_sleeper "${settled_vote[@]}"
+    done
+    for seed in 400 500; do
+      lora_sweep "$family" iid 0.4 "$seed" agree_blend --methods fedavg,fedlns_default
+      lora_sweep "$family" iid 0.4 "$seed" agree_blend "${settled_vote[@]}"
+    done
+    lora_sweep "$family" iid 0.4 100 majority_weak,agree_blend,sleeper "${settled_vote[@]}"
+    lora_sweep "$family" iid 0.2 100 sleeper "${settled_vote[@]}"
+  done
+}
 case "$part" in
   against) against ;;
   matrix) matrix ;;
@@ -90,5 +106,6 @@ case "$part" in
   settled) settled ;;
   settled_followup) settled_followup ;;
   settled_cpu) settled_cpu ;;
+  settled_against) settled_against ;;
   *) against && matrix ;;
 esac

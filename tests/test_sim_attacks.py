@@ -282,6 +282,25 @@ def test_majority_weak_sends_weak_core_updates_in_the_rounds_it_holds_and_clean_
         assert held or not np.array_equal(weak[6]["w"], clean[6]["w"])
 
 
+def test_weak_sleeper_sends_clean_models_through_the_first_half_then_weak_core_updates():
+    _, global_params, clients, _ = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
+    malicious = [6, 7, 8, 9]
+    clean = {c: {"w": clients[c - 6]["w"] + 1.0} for c in malicious}
+    attack = make_attack("weak_sleeper", TOKENIZER, _config(rounds=40))
+    assert attack.trainings == ("clean", "poisoned") and attack.wake == 21
+    for t, awake in ((20, False), (21, True), (40, True), (3, False)):
+        attack.begin_round(t)
+        kept = {c: attack.local_result({"clean": (clean[c], 5, 0.1), "poisoned": (clients[c], 5, 0.2)},
+                                       global_params, NORMS)[0] for c in malicious}
+        sent = attack.craft(global_params, {**clients, **kept}, malicious, (), np.random.default_rng(0))
+        weak = make_attack("weak_core", TOKENIZER, _config()).craft(
+            global_params, clients, malicious, (), np.random.default_rng(0)
+        )
+        for c in malicious:
+            assert np.array_equal(sent[c]["w"], weak[c]["w"] if awake else clean[c]["w"]), (t, c)
+        assert all(sent[b] is clients[b] for b in clients if b not in malicious)
+
+
 def test_majority_drift_sends_noise_at_the_clean_norm_where_it_does_not_hold_the_round():
     _, global_params, clients, _ = _shared_and_poisoned(7, 600, shared_weight=0.4, attacker_noise=0.1)
     malicious = [6, 7, 8, 9]

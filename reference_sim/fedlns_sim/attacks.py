@@ -74,6 +74,11 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      half of the round, where they hold it the attackers agree no more than the honest clients:
                      against ``cohort_undecided="hold_contested"``, which holds only a round whose coherent part
                      agrees strongly.
+  ``weak_sleeper``   ``sleeper`` whose poisoned half is ``weak_core``'s: clean models through the first half of the
+                     run, so that the cohort graph places the attackers' ids with the honest clients, then the
+                     attackers' mean corrupted update plus the least noise at which they agree no more than the
+                     honest clients: against ``cohort_vote="settled"``, which reads a weak cut's sides from the
+                     history once it holds a majority cohort.
   ``majority_drift`` ``majority_only`` that sends random directions (at its clean update's norm) where it does
                      not hold the round: against ``cohort_undecided="adaptive"``, whose test of whether updates agree
                      across rounds reads the bank, 40% of which is then noise.
@@ -983,6 +988,23 @@ class MajorityWeak(MajorityOnly, WeakCore):
         return WeakCore.craft(self, global_params, client_params, malicious, norm_keys, rng)
 
 
+class WeakSleeper(Sleeper, WeakCore):
+    """``sleeper`` whose corrupted rounds are crafted as ``weak_core``'s: the clean models through the first half of
+    the run, then the attackers' mean corrupted update plus the least noise at which they agree no more than the
+    round's honest clients. White-box against ``FedLNS(cohort_vote="settled")`` (and ``"placed"``, ``"strong"``,
+    ``"history"``): once the history holds a majority cohort, a weak cut's parts vote with the sides the graph
+    before the round gives their ids, and an honest first half has put the attackers' ids on the honest clients'
+    side; the noise keeps their cut weak, so it is never voted by its own edges. The history decays (``cohort_decay``
+    per round), so the cover lasts as long as the rounds' own edges take to move the attackers' ids."""
+
+    name = "weak_sleeper"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        if self.round < self.wake:
+            return client_params
+        return WeakCore.craft(self, global_params, client_params, malicious, norm_keys, rng)
+
+
 class MajorityDrift(MajorityOnly):
     """``majority_only`` whose other rounds send noise: where the attackers are fewer than half of the round, each
     sends its clean update's norm in a fresh random direction (independent normal coordinates times the benign
@@ -1071,6 +1093,7 @@ ATTACKS = {
         AgreeBlend,
         Edgeless,
         MajorityWeak,
+        WeakSleeper,
         MajorityDrift,
     )
 }

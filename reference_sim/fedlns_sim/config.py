@@ -77,6 +77,7 @@ ATTACK_NAMES = (
     "agree_blend",
     "edgeless",
     "majority_weak",
+    "weak_sleeper",
     "majority_drift",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
