@@ -69,8 +69,8 @@ def rows(
     base = "round" if shipped else "FedLNS()"  # what the candidate is compared with
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. ", end="")
     if shipped:
-        print(f'{vote}: `FedLNS()`\nas it ships (`cohort_vote="{vote}"`); round: `FedLNS(cohort_vote="round")`, the default')
-        print("before.\n")
+        before = 'round: `FedLNS(cohort_vote="round")`, the default before'
+        print(f'{vote}: `FedLNS()`\nas it ships (`cohort_vote="{vote}"`); {before}.\n')
     else:
         print(f'FedLNS(): as\nit ships (`cohort_vote="round"`); {vote}: `FedLNS(cohort_vote="{vote}")`.\n')
     print(
