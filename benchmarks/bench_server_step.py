@@ -16,8 +16,8 @@ the screeners' order rotates from one repetition to the next (use a multiple of 
 * FedLNS: ``screener.screen(...)`` (input checks of every array, signatures, bank refresh, median/MAD,
   standardisation, scores, then the retain rule) and ``result.aggregate(...)`` of the retained clients, for
   the default (``FedLNS()``: update sketches, the population's groups, clipping; ``signature="auto"`` reads the
-  LoRA signature and the norms, 790,528 numbers per client), the default with the settings before
-  ``docs/results/adaptive`` (``cohort_weight="unit"``, ``cohort_undecided="support"``), the default on one signature
+  LoRA signature and the norms, 790,528 numbers per client), the default with the vote before
+  ``docs/results/placed-vote`` (``cohort_vote="round"``), the default on one signature
   only (``signature="lora"``: 524,288; ``"norm"``: 266,240) and ``FedLNS.paper()`` (the mixtures on the norms).
 """
 
@@ -67,8 +67,7 @@ def make_round(shapes, n_clients, rng, first_id=0):
 
 
 SCREENERS = {"FedLNS() (default)": (FedLNS, {"signature": "auto"}),
-             "FedLNS(unit, support)": (FedLNS, {"signature": "auto", "cohort_weight": "unit",
-                                                "cohort_undecided": "support"}),
+             "FedLNS(cohort_vote=\"round\")": (FedLNS, {"signature": "auto", "cohort_vote": "round"}),
              "FedLNS(signature=\"lora\")": (FedLNS, {"signature": "lora"}),
              "FedLNS(signature=\"norm\")": (FedLNS, {"signature": "norm"}),
              "FedLNS.paper()": (FedLNS.paper, {"signature": "norm"})}

@@ -41,7 +41,7 @@ from collections import defaultdict
 import numpy as np
 
 from fedlns_core import __version__
-from fedlns_core._robust import deviation_scores, median_mad, standardize
+from fedlns_core._robust import median_mad, standardize
 from fedlns_core._rules import (bank_mixture_rule, benign_spread, fresh_entries, guarded_rule, paper_rule, peeled,
                                 score_rule, separated)
 from fedlns_core._synthetic import SyntheticFederation
