@@ -101,37 +101,30 @@ def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():
         "fedlns_support", "fedlns_default", "fedavg"]
 
 
-def test_runs_made_before_the_settled_vote_keep_the_round_vote_and_their_name():
+@pytest.mark.parametrize("setting", ["cohort_undecided", "cohort_cut", "cohort_weight", "cohort_vote"])
+def test_runs_made_before_a_default_changed_keep_the_old_value_and_their_name(setting):
+    from fedlns_sim.config import LEGACY
     from fedlns_sim.methods import make_screener
 
-    today = Config(method="fedlns_default")
-    archived = {k: v for k, v in today.to_dict().items() if k != "cohort_vote"}  # written before the setting
-    assert make_screener(today).cohort_vote == "settled"
-    assert make_screener(config_from_dict(archived)).cohort_vote == "round"
-    round_vote = Config(method="fedlns_default", cohort_vote="round")
-    assert config_from_dict(archived).run_name() == round_vote.run_name() != today.run_name()
-    # Other methods do not read it: their archived runs, written with the round vote, load and keep their names.
-    fedavg = {**Config(method="fedavg").to_dict(), "cohort_vote": "round"}
-    assert config_from_dict(fedavg).run_name() == Config(method="fedavg").run_name()
-    with pytest.raises(ValueError, match="quorum"):
-        Config(method="fedavg", quorum=0.5).validate()
+    today, old = Config(method="fedlns_default"), LEGACY[setting]
+    archived = {k: v for k, v in today.to_dict().items() if k != setting}  # written before the setting
+    assert getattr(make_screener(today), setting) == getattr(today, setting) != old
+    assert getattr(make_screener(config_from_dict(archived)), setting) == old
+    before = Config(method="fedlns_default", **{setting: old})
+    assert config_from_dict(archived).run_name() == before.run_name() != today.run_name()
 
 
-def test_runs_made_before_the_confirmed_cut_keep_the_tree_cut_and_their_name():
-    from fedlns_sim.methods import make_screener
-
-    today = Config(method="fedlns_default")
-    archived = {k: v for k, v in today.to_dict().items() if k != "cohort_cut"}  # written before the setting
-    assert make_screener(today).cohort_cut == "confirmed"
-    assert make_screener(config_from_dict(archived)).cohort_cut == "tree"
-    tree = Config(method="fedlns_default", cohort_cut="tree")
-    assert config_from_dict(archived).run_name() == tree.run_name() != today.run_name()
-    # Other methods do not read the setting: their runs keep one name whatever it is, except under the attacks
-    # written against the cut, which read it.
+def test_other_methods_keep_their_names_whatever_the_cut_and_the_vote():
+    # They do not read the settings: their runs keep one name whatever they are, except under the attacks written
+    # against the cut, which read it; archived runs, written with the round vote, load as they are.
     for method in ("fedavg", "fedlns", "flame"):
         assert Config(method=method).run_name() == Config(method=method, cohort_cut="tree").run_name()
+        archived = {**Config(method=method).to_dict(), "cohort_vote": "round"}
+        assert config_from_dict(archived).run_name() == Config(method=method).run_name()
     blend = Config(method="fedavg", attack="cut_blend")
     assert blend.run_name() != Config(method="fedavg", attack="cut_blend", cohort_cut="tree").run_name()
+    with pytest.raises(ValueError, match="quorum"):
+        Config(method="fedavg", quorum=0.5).validate()
 
 
 def test_default_clip_switches_fedlns_defaults_clipping_and_names_only_its_runs():
