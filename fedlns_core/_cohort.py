@@ -546,6 +546,7 @@ def cohort_rule(
     cohort_cut: str = "tree",
     vote: str = "round",
     weight: str = "unit",
+    margin: float = 0.0,
     decide: bool = True,
     bank_sketches: np.ndarray | None = None,
 ) -> CohortOutcome:
@@ -590,6 +591,9 @@ def cohort_rule(
         What the cut's edges weigh (``FedLNS(cohort_weight=...)``): 1, or the mean cosine within the cut's core
         clipped to [0, 1], or, for a weak cut, 1 only between two clients whose own cosine agrees with the cut
         (:func:`edge_strength`).
+    margin : float in [0, 1], default=0.0
+        A part is rejected only where its vote is at most ``-margin`` times its size (``FedLNS(cohort_margin=...)``):
+        0 rejects the lower part on any negative vote, 1 only a part the history places wholly in the minority.
     bank_sketches : (B, k), optional
         The bank's update sketches (rows as ``stamps``); ``undecided="adaptive"`` needs them.
     dimension : int, optional
@@ -674,7 +678,7 @@ def cohort_rule(
                     f"whose normalization changes all lie {above_or_below} the other part's and further from the "
                     f"bank's typical delta {typical:.3g}, in a round no cohort of the history can decide"
                 )
-        elif votes[lower] < 0:
+        elif votes[lower] < 0 and votes[lower] <= -margin * int(members[lower].sum()):
             rejected_part = members[lower]
             why = (
                 "whose clients' history places them outside the population's majority cohort "

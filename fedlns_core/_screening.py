@@ -432,6 +432,12 @@ class FedLNS:
         round agrees with it (same part and above the round's median pair cosine, or different parts and below it), so
         that a weak cut of a few honest clients against the rest does not join the attackers in the rest with the honest
         clients there (``weak_core``).
+    cohort_margin : float in [0, 1], default=0.0
+        ``"cohort"`` only: a cut round's lower part is rejected only where its vote (the sum of its members' sides:
+        +1 majority cohort, -1 minority, 0 unplaced) is at most ``-cohort_margin`` times its size. 0 (the default):
+        any negative vote. In the LoRA scenario without attackers, a weak cut whose part the history places half and
+        half, a vote of -1 of 8, rejected 8 honest clients (``docs/results/margin``, a candidate); a margin leaves a
+        part the history cannot tell apart, at the price of attackers mixed with honest clients in one part.
     quorum : float in [0, 1], default=0.0
         Every retain rule: a screened round whose kept clients are fewer than this share of its screened clients is
         held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the
@@ -503,6 +509,7 @@ class FedLNS:
         cohort_cut: str = "confirmed",
         cohort_vote: str = "settled",
         cohort_weight: str = "agreeing",
+        cohort_margin: float = 0.0,
         quorum: float = 0.0,
         sketch_dim: int = 2048,
         clip: str | None = "median",
@@ -532,6 +539,7 @@ class FedLNS:
         self.cohort_cut = cohort_cut
         self.cohort_vote = cohort_vote
         self.cohort_weight = cohort_weight
+        self.cohort_margin = cohort_margin
         self.quorum = quorum
         self.sketch_dim = sketch_dim
         self.clip = clip
@@ -766,6 +774,7 @@ class FedLNS:
                 cohort_cut=settings["cohort_cut"],
                 vote=settings["cohort_vote"],
                 weight=settings["cohort_weight"],
+                margin=settings["cohort_margin"],
                 decide=not warming_up,
                 bank_sketches=bank_rows[:, :-2],
             )
@@ -1049,6 +1058,7 @@ class FedLNS:
             params.setdefault("cohort_vote", "round")  # and the votes read the graph with the round's edges
             params.setdefault("cohort_weight", "unit")  # and every split round's edges weighed 1
             params.setdefault("quorum", 0.0)  # and every screened round aggregated whatever it kept
+            params.setdefault("cohort_margin", 0.0)  # and a part rejected on any negative vote
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

@@ -57,31 +57,41 @@ def versus(run: dict | None, than: dict | None) -> str:
     return "-" if run is None or than is None else f"{worse(run, than):+.1%}"
 
 
+#: The header's line under ``rows``'s table where the candidate is FedLNS() as it ships (``names``' second).
+SHIPPED_INTRO = (
+    '{1}: `FedLNS()`\nas it ships (`cohort_vote="{1}"`); round: `FedLNS(cohort_vote="round")`, the default before.'
+)
+
+
 def rows(
-    cells: dict, add, numbers: tuple[str, str], vote: str = "placed", need_fedavg: bool = True, shipped: bool = False
+    cells: dict,
+    add,
+    numbers: tuple[str, str],
+    vote="placed",
+    need_fedavg: bool = True,
+    base="round",
+    names: tuple[str, str] | None = None,
+    intro: str | None = None,
 ) -> Iterator[tuple[str, tuple, dict, dict, dict | None]]:
-    """Print the table, one row per cell with the candidate's run (``FedLNS(cohort_vote=vote)``); yield each
-    complete cell's name, key, and the candidate's, FedLNS()'s and FedAvg's runs, after adding the two criteria
-    every plan has (``add``, numbered as in the plan by ``numbers``: at most 1% worse than FedLNS(), and no round of
-    attackers only where FedLNS() has none). Without ``need_fedavg`` a cell needs only FedLNS()'s run. With
-    ``shipped``, ``vote`` is FedLNS() as it ships and the runs with the round vote are labelled by it, the default
-    before."""
-    base = "round" if shipped else "FedLNS()"  # what the candidate is compared with
+    """Print the table, one row per cell with the candidate's run (``cells[key][vote]``, ``FedLNS(cohort_vote=vote)``
+    unless said); yield each complete cell's name, key, and the candidate's, the compared run's (``base``, FedLNS()'s)
+    and FedAvg's runs, after adding the two criteria every plan has (``add``, numbered as in the plan by ``numbers``:
+    at most 1% worse than FedLNS(), and no round of attackers only where FedLNS() has none). Without ``need_fedavg``
+    a cell needs only FedLNS()'s run. ``names`` labels the compared run and the candidate (FedLNS() and ``vote``),
+    ``intro`` the line under the header that says what they are (``str.format``-ed with ``names``)."""
+    than, label = names or ("FedLNS()", str(vote))
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only. ", end="")
-    if shipped:
-        before = 'round: `FedLNS(cohort_vote="round")`, the default before'
-        print(f'{vote}: `FedLNS()`\nas it ships (`cohort_vote="{vote}"`); {before}.\n')
-    else:
-        print(f'FedLNS(): as\nit ships (`cohort_vote="round"`); {vote}: `FedLNS(cohort_vote="{vote}")`.\n')
+    default_intro = 'FedLNS(): as\nit ships (`cohort_vote="round"`); {1}: `FedLNS(cohort_vote="{1}")`.'
+    print((intro or default_intro).format(than, label) + "\n")
     print(
-        f"| seed | family | partition | malicious | attack | FedAvg | {base} | **{vote}** | {vote} vs {base} "
-        f"| vs FedAvg: {base} | {vote} | TPR / FPR {base} | {vote} | attackers only: {base} | {vote} |"
+        f"| seed | family | partition | malicious | attack | FedAvg | {than} | **{label}** | {label} vs {than} "
+        f"| vs FedAvg: {than} | {label} | TPR / FPR {than} | {label} | attackers only: {than} | {label} |"
     )
     print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for key in sorted(cells, key=lambda k: (k[4], k[0], k[1], -k[2], k[3])):
         family, partition, fraction, attack, seed = key
         cell = cells[key]
-        ours, default = cell.get(vote), cell.get("round")
+        ours, default = cell.get(vote), cell.get(base)
         if ours is None:
             continue
         fedavg = cell.get("clean" if fraction == 0 else "fedavg")
@@ -92,16 +102,16 @@ def rows(
             f"{rates(default)} | {rates(ours)} | {only(default)} | {only(ours)} |"
         )
         if default is None or (need_fedavg and fedavg is None):
-            add(f"every cell has {base}'s and FedAvg's runs", f"{name}: missing", False)
+            add(f"every cell has {than}'s and FedAvg's runs", f"{name}: missing", False)
             continue
         add(
-            f"{numbers[0]}. at most 1% worse than {base} (best checkpoint and last 10 rounds)",
+            f"{numbers[0]}. at most 1% worse than {than} (best checkpoint and last 10 rounds)",
             f"{name}: {worse(ours, default):+.1%}",
             worse(ours, default) <= 0.01,
         )
         add(
-            f"{numbers[1]}. no round of attackers only where {base} has none",
-            f"{name}: {vote} {only(ours)}, {base} {only(default)}",
+            f"{numbers[1]}. no round of attackers only where {than} has none",
+            f"{name}: {label} {only(ours)}, {than} {only(default)}",
             not (ours["attackers_only_rounds"] and not default["attackers_only_rounds"]),
         )
         yield name, key, ours, default, fedavg
@@ -218,7 +228,8 @@ def settled_cpu(cells: dict) -> dict[str, list[tuple[str, bool]]]:
 def settled_against(cells: dict) -> dict[str, list[tuple[str, bool]]]:
     """Follow-up 5 (``FedLNS()`` with the settled vote against W, X and Y) and its three criteria."""
     checks, add = checklist()
-    for name, _, ours, _, fedavg in rows(cells, add, ("1", "2"), vote="settled", shipped=True):
+    settled = rows(cells, add, ("1", "2"), vote="settled", names=("round", "settled"), intro=SHIPPED_INTRO)
+    for name, _, ours, _, fedavg in settled:
         add(
             "3. within 1% of FedAvg (best checkpoint and last 10 rounds)",
             f"{name}: {worse(ours, fedavg):+.1%}",

@@ -211,6 +211,29 @@ def test_the_votes_on_a_weak_honest_cut_on_attackers_and_on_sleepers(vote):
     )
 
 
+@pytest.mark.parametrize("margin", [0.0, 0.5, 1.0])
+def test_a_margin_rejects_only_a_part_the_history_places_clearly_in_the_minority(margin):
+    """``cohort_margin``: the part apart holds two ids of the minority cohort and one of the majority (vote -1 of
+    3), which any negative vote rejects and a margin of 0.5 keeps; a part wholly in the minority (-3 of 3) is
+    rejected at every margin. The votes read the history (``vote="history"``), where the sides are fixed."""
+    from fedlns_core._cohort import cohort_rule
+
+    def rejected(apart, rest):
+        rows = _round_sketches(apart, rest, 0.9)
+        ids = list(rows)
+        outcome = cohort_rule(
+            np.ones(len(ids)), np.stack([rows[c] for c in ids]), ids, _weak_history(), np.arange(12.0), np.ones(12),
+            recent=12, separation=0.5, loud_separation=6.0, decay=0.9, vote="history", margin=margin,
+            dimension=10_000,
+        )
+        return {c for c, kept in zip(ids, outcome.retained) if not kept}
+
+    assert rejected([0, 9, 10], [1, 2, 3, 4, 5, 6, 7]) == ({0, 9, 10} if margin == 0 else set())
+    assert rejected([9, 10, 11], [0, 1, 2, 3, 4, 5, 6]) == {9, 10, 11}
+    with pytest.raises(ValueError, match="cohort_margin"):
+        FedLNS(cohort_margin=1.5).validate_params()
+
+
 @pytest.mark.parametrize("vote", ["round", "history", "strong", "placed", "settled"])
 def test_only_the_placed_vote_keeps_unplaced_ids_a_weak_cut_sets_apart(vote):
     """The non-IID weakness in miniature (docs/results/placed-vote): two honest ids the history has not placed yet

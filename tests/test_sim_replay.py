@@ -165,6 +165,14 @@ def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch)
         replay(recorded_cohort, "cohort:sometimes")
     with pytest.raises(ValueError, match="cohort:C takes one or more"):
         replay(recorded_cohort, "cohort:hold+sometimes")
+    margins = []
+    monkeypatch.setattr(replay_module, "cohort_rule", lambda *a, **k: margins.append(k["margin"]) or rule(*a, **k))
+    loose = replay(recorded_cohort, "cohort:keep+margin=1")  # a part is rejected only wholly in the minority
+    assert set(margins) == {1.0}
+    for mine, any_vote in zip(loose, keep):
+        assert set(any_vote["kept"]) <= set(mine["kept"])
+    with pytest.raises(ValueError, match="margin=M once"):
+        replay(recorded_cohort, "cohort:margin=0.5+margin=1")
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):

@@ -108,10 +108,11 @@ DEFAULT_METHOD_KEYS = (
     "default_warmup",
     "cohort_vote",
     "cohort_weight",
+    "cohort_margin",
     "quorum",
 )
 #: Of those, the ones a run of another method may not change (the others keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "quorum")
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_margin", "quorum")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
@@ -228,6 +229,7 @@ class Config:
     # default before: runs archived before it, LEGACY) | history | strong | placed
     cohort_weight: str = "agreeing"  # fedlns_default's FedLNS(cohort_weight=...): agreeing (its default) | unit (its
     # default before: runs archived before it, LEGACY) | coherence
+    cohort_margin: float = 0.0  # fedlns_default's FedLNS(cohort_margin=...): 0 (its default) | a share in (0, 1]
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
 
     @property
@@ -344,6 +346,7 @@ class Config:
                 f"cohort_weight must be one of {COHORT_WEIGHTS}, got {self.cohort_weight!r}",
             ),
             (0.0 <= self.quorum <= 1.0, f"quorum must be in [0, 1], got {self.quorum}"),
+            (0.0 <= self.cohort_margin <= 1.0, f"cohort_margin must be in [0, 1], got {self.cohort_margin}"),
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",

@@ -55,6 +55,7 @@ def make_screener(config):
             cohort_cut=config.cohort_cut,
             cohort_vote=config.cohort_vote,
             cohort_weight=config.cohort_weight,
+            cohort_margin=config.cohort_margin,
             quorum=config.quorum,
             clip=None if config.default_clip == "none" else "median",
             warmup=config.default_warmup,

@@ -26,7 +26,8 @@ run's own: a check, it must reproduce the recorded decisions):
                    ``cohort_vote=C`` (``round``, ``history``, ``strong``, ``placed`` or ``settled``),
                    ``cohort_undecided=C`` (``keep``, ``hold``, ``deviation``, ``hold_contested`` or ``adaptive``;
                    ``support`` is the run's fallback below) or ``cohort_weight=C`` (``unit``, ``coherence`` or
-                   ``agreeing``) instead of the run's own; several joined by ``+`` (``cohort:agreeing+hold_contested``)
+                   ``agreeing``) instead of the run's own, or ``margin=M`` (``cohort_margin``); several joined by ``+``
+                   (``cohort:agreeing+hold_contested``, ``cohort:settled+margin=0.5``)
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
                    to the earlier entries of the population's majority group) is rejected when it is apart from
@@ -167,9 +168,13 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     cuts, votes, undecided = options("cohort_cut"), options("cohort_vote"), options("cohort_undecided")
     weights = options("cohort_weight")
     chosen = argument.split("+") if name == "cohort" and argument else []
-    if any(a not in (*cuts, *votes, *undecided, *weights) for a in chosen):
+    margins = [a for a in chosen if a.startswith("margin=")]
+    chosen = [a for a in chosen if a not in margins]
+    if any(a not in (*cuts, *votes, *undecided, *weights) for a in chosen) or len(margins) > 1:
         known = ", ".join(cuts + votes + undecided + weights)
-        raise ValueError(f"unknown variant {variant!r}: cohort:C takes one or more (joined by +) of {known}")
+        raise ValueError(
+            f"unknown variant {variant!r}: cohort:C takes one or more (joined by +) of {known}, and margin=M once"
+        )
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(_run_config(run_dir)))
@@ -217,6 +222,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 cohort_cut=_pick(chosen, cuts, screener.cohort_cut),
                 vote=_pick(chosen, votes, screener.cohort_vote),
                 weight=_pick(chosen, weights, screener.cohort_weight),
+                margin=float(margins[0].partition("=")[2]) if margins else screener.cohort_margin,
                 decide=bool(record.get("active")),
                 bank_sketches=bank_sketches,
             )
