@@ -446,6 +446,38 @@ def test_cut_blend_sends_the_least_honest_blend_whose_cut_does_not_count():
     assert cut(sent, False).apart and np.allclose(blend(sent), 0.9, atol=1e-4)
 
 
+def test_margin_blend_stops_where_the_cut_draws_honest_clients_into_the_attackers_part():
+    """Against the tree's cut, ``cut_blend`` finds no blend below 0.9 that hides the attackers (the test above);
+    ``margin_blend`` stops at the first whose cut puts each attacker's benign client in its part: four honest
+    clients and four attackers vote 0 at the attackers' worst (honest +1, attackers -1), which no margin rejects.
+    Below it the cut is the attackers alone, which every margin rejects."""
+    from fedlns_core._cohort import round_parts
+
+    rng, global_params, clients, _ = _shared_and_poisoned(5, 400, shared_weight=0.3, attacker_noise=0.3)
+    malicious = [6, 7, 8, 9]
+    benign = [clients[c]["w"].astype(np.float64) for c in range(4)]
+
+    def parts(lam):
+        rows = [clients[c]["w"].astype(np.float64) for c in range(6)]
+        rows += [(1 - lam) * clients[c]["w"].astype(np.float64) + lam * benign[k] for k, c in enumerate(malicious)]
+        units = np.stack(rows) / np.linalg.norm(np.stack(rows), axis=1, keepdims=True)
+        cut = round_parts(units @ units.T, separation=0.5)
+        assert cut.apart
+        return np.flatnonzero(cut.first if cut.first[6] else ~cut.first).tolist()  # the attackers' part
+
+    assert parts(0.4) == malicious and parts(0.5) == [0, 1, 2, 3, *malicious]
+    for margin in (0.0, 0.5):
+        sent = make_attack("margin_blend", TOKENIZER, _config(cohort_cut="tree", cohort_margin=margin)).craft(
+            global_params, clients, malicious, (), rng)
+        for k, c in enumerate(malicious):
+            expected = 0.5 * clients[c]["w"].astype(np.float64) + 0.5 * benign[k]
+            np.testing.assert_allclose(sent[c]["w"], expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="cohort_margin also"):
+        Config(method="fedavg", cohort_margin=0.5).validate()  # FedAvg reads the margin only under this attack
+    attacked = Config(method="fedavg", attack="margin_blend", cohort_margin=0.5).validate()
+    assert attacked.run_name() != Config(method="fedavg", attack="margin_blend").run_name()
+
+
 def test_cut_blend_against_the_confirmed_cut_also_hides_the_group_the_history_could_single_out():
     """Poison that shares most of the honest update (a model trained from scratch): the tree does not cut it
     unblended; against ``cohort_cut="confirmed"`` the attackers blend until no group of theirs agrees more within

@@ -57,6 +57,10 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      client's, with the least benign weight that makes the round's cut fail the cohort rule's
                      significance test (the attackers' cosines to the honest clients spread out).
   ``half_blend``     ``cut_blend`` leaning towards the mean of a random half of the benign updates instead of one.
+  ``margin_blend``   ``cut_blend`` that stops at the least blend at which a cut that still splits the round cannot
+                     reject the attackers' part under the server's ``cohort_margin`` (its vote above ``-margin``
+                     times its size, the attackers counted in the minority, the honest in the majority): against
+                     ``cohort_margin``, which keeps a part the history places half and half.
   ``weak_core``      train on corrupted targets; every attacker sends the attackers' mean update plus its own
                      noise (the benign coordinate-wise spread's shape), sized so that the attackers agree with each
                      other no more than the round's honest clients do (mean cosine), at the benign median norm:
@@ -781,9 +785,13 @@ class CutBlend(TargetCorruption):
             if cut == "centered" and (parts is None or not parts.apart):
                 parts = centered_parts(rows, separation=separation)
             hidden = cut not in HISTORY_CUTS or confirmed_cut(cosines, sides) is None
-            if (parts is None or not parts.apart) and hidden:
+            if ((parts is None or not parts.apart) and hidden) or self.outvoted(parts, len(benign)):
                 break
         return _sending(global_params, client_params, malicious, crafted, keys)
+
+    def outvoted(self, parts, n_benign: int) -> bool:
+        """Whether a round the cut still splits keeps the attackers all the same (``cut_blend``: never)."""
+        return False
 
     def blend_targets(self, honest: np.ndarray, n_attackers: int, rng) -> list[np.ndarray]:
         """What each attacker leans towards: the k-th benign update (cycling)."""
@@ -804,6 +812,28 @@ class HalfBlend(CutBlend):
             mean = honest[rng.permutation(len(honest))[:size]].mean(axis=0)
             targets.append(mean * scale / max(float(np.linalg.norm(mean)), 1e-300))
         return targets
+
+
+class MarginBlend(CutBlend):
+    """``cut_blend`` that stops as soon as the cut, where it still splits the round, cannot reject the attackers'
+    part under the server's ``cohort_margin``: every attacker leans towards a different benign client, so the cut
+    draws those clients into the attackers' part, and the part is rejected only where its vote (its members' sides
+    summed) is at most ``-cohort_margin`` times its size. It counts the sides at its worst case (every attacker in
+    the minority cohort, every honest client in the majority), so with no margin it needs a part that holds as many
+    honest clients as attackers. White-box against ``FedLNS(cohort_margin=...)``: a part the margin keeps is
+    reached with less honest weight than a cut that no longer counts."""
+
+    name = "margin_blend"
+
+    def outvoted(self, parts, n_benign):
+        if parts is None or not parts.apart:
+            return False
+        margin = 0.0 if self.config is None else self.config.cohort_margin
+        first = np.asarray(parts.first)
+        members = [first, ~first]
+        votes = [int(m[:n_benign].sum()) - int(m[n_benign:].sum()) for m in members]  # honest +1, attackers -1
+        lower = int(votes[1] < votes[0])
+        return not (votes[lower] < 0 and votes[lower] <= -margin * int(members[lower].sum()))
 
 
 class SideJoin(Sleeper):
@@ -1088,6 +1118,7 @@ ATTACKS = {
         Sleeper,
         CutBlend,
         HalfBlend,
+        MarginBlend,
         SideJoin,
         WeakCore,
         AgreeBlend,

@@ -72,6 +72,7 @@ ATTACK_NAMES = (
     "sleeper",
     "cut_blend",
     "half_blend",
+    "margin_blend",
     "side_join",
     "weak_core",
     "agree_blend",
@@ -99,6 +100,8 @@ COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "a
 
 #: The attacks written against the cohort rule's cut: they read the server's ``cohort_cut``, whatever the method.
 CUT_ATTACKS = ("cut_blend", "half_blend")
+#: The attacks written against the margin: they read the server's ``cohort_margin``, whatever the method.
+MARGIN_ATTACKS = ("margin_blend",)
 
 #: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
 DEFAULT_METHOD_KEYS = (
@@ -127,13 +130,15 @@ LEGACY = {
 
 def experiment_fields(config_dict: dict) -> dict:
     """The config without the machine keys (and ``default_rule`` outside ``fedlns_default``, the one method it
-    applies to; ``cohort_cut`` outside it and the attacks written against the cut): what must match for two
-    folders to hold the same run."""
+    applies to; ``cohort_cut`` outside it and the attacks written against the cut, ``cohort_margin`` outside it and
+    the attacks written against the margin): what must match for two folders to hold the same run."""
     unused: tuple[str, ...] = ()
     if config_dict.get("method") != "fedlns_default":
         unused = DEFAULT_METHOD_KEYS
         if config_dict.get("attack") not in CUT_ATTACKS:
             unused += ("cohort_cut",)
+        if config_dict.get("attack") in MARGIN_ATTACKS:
+            unused = tuple(key for key in unused if key != "cohort_margin")
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
@@ -357,8 +362,13 @@ class Config:
             ),
             (
                 self.method == "fedlns_default"
-                or all(getattr(self, key) == getattr(Config, key) for key in DEFAULT_METHOD_ONLY),
-                f"{' and '.join(DEFAULT_METHOD_ONLY)} apply to method fedlns_default only",
+                or all(
+                    getattr(self, key) == getattr(Config, key)
+                    for key in DEFAULT_METHOD_ONLY
+                    if key != "cohort_margin" or self.attack not in MARGIN_ATTACKS
+                ),
+                f"{' and '.join(DEFAULT_METHOD_ONLY)} apply to method fedlns_default only (cohort_margin also to the "
+                f"attacks written against it, {', '.join(MARGIN_ATTACKS)})",
             ),
             (
                 not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
