@@ -5,7 +5,10 @@ Reads the study's runs (``scripts/results_margin.sh``) first, then the folders t
 runs of the same cells: ``docs/results/placed-vote/settled``, ``docs/results/placed-vote`` and
 ``docs/results/adaptive/seed100``. Of ``FedLNS()``'s runs only those with today's defaults are read.
 
-Usage: python scripts/margin_table.py STUDY MORE...
+With ``--followup``, the plan's follow-up (``margin_blend`` and seed 300 without attackers), its runs first
+(``PART=followup``), then ``docs/results/adaptive/seed300`` (clean FedAvg).
+
+Usage: python scripts/margin_table.py [--followup] STUDY MORE...
 """
 
 from __future__ import annotations
@@ -27,28 +30,31 @@ def shipped(run: dict) -> bool:
     return run["method"] != "fedlns_default" or settled
 
 
-def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
-    """The plan's four criteria."""
+def table(cells: dict, followup: bool = False) -> dict[str, list[tuple[str, bool]]]:
+    """The plan's four criteria (with ``followup``, its follow-up's three: the every-plan two, and the cells without
+    attackers as the first plan's criterion 1)."""
     checks, add = checklist()
-    honest = {0.0: [0, 0], CANDIDATE: [0, 0]}  # criterion 1: honest updates rejected, of all, without attackers
-    within = {0.0: 0, CANDIDATE: 0}  # criterion 1: cells within 1% of FedAvg without attackers
+    honest = {0.0: [0, 0], CANDIDATE: [0, 0]}  # honest updates rejected, of all, without attackers
+    within = {0.0: 0, CANDIDATE: 0}  # cells within 1% of FedAvg without attackers
     names = ("FedLNS()", f"margin {CANDIDATE}")
-    for name, key, ours, default, fedavg in rows(cells, add, ("2", "3"), CANDIDATE, base=0.0, names=names, intro=INTRO):
+    numbers = ("1", "2") if followup else ("2", "3")
+    for name, key, ours, default, fedavg in rows(cells, add, numbers, CANDIDATE, base=0.0, names=names, intro=INTRO):
         fraction, attack = key[2], key[3]
         if fraction == 0:
             for margin, run in ((0.0, default), (CANDIDATE, ours)):
                 rejected(honest, margin, run)
                 within[margin] += worse(run, fedavg) <= 0.01
-        if fraction == 0.4 and attack == "target_corruption":
+        if fraction == 0.4 and attack == "target_corruption" and not followup:
             add("4. target corruption at 40%: TPR >= 0.95 and FPR <= 0.05", f"{name}: {rates(ours)}", detects(ours))
     (fp_shipped, all_shipped), (fp, total) = honest[0.0], honest[CANDIDATE]
+    number = "3" if followup else "1"
     add(
-        "1. without attackers: fewer honest updates rejected than FedLNS()",
+        f"{number}. without attackers: fewer honest updates rejected than FedLNS()",
         f"margin {fp} of {total}, FedLNS() {fp_shipped} of {all_shipped}",
         fp < fp_shipped,
     )
     add(
-        "1. without attackers: within 1% of FedAvg in at least as many cells",
+        f"{number}. without attackers: within 1% of FedAvg in at least as many cells",
         f"margin {within[CANDIDATE]}, FedLNS() {within[0.0]}",
         within[CANDIDATE] >= within[0.0],
     )
@@ -56,10 +62,12 @@ def table(cells: dict) -> dict[str, list[tuple[str, bool]]]:
 
 
 def main(argv: list[str]) -> int:
+    followup = argv[:1] == ["--followup"]
+    argv = argv[1:] if followup else argv
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    checks = table(gather(argv, setting="cohort_margin", default=0.0, keep=shipped))
+    checks = table(gather(argv, setting="cohort_margin", default=0.0, keep=shipped), followup)
     print("\n## The plan's criteria\n")
     print_checks(dict(sorted(checks.items())))
     return 0
