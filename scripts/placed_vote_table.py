@@ -31,7 +31,7 @@ Usage: python scripts/placed_vote_table.py [--followup | --settled | --settled-f
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from functools import partial
 
 from cohort_vote_table import detects, gather, rates, text, worse  # scripts/, beside this one
@@ -117,7 +117,7 @@ def rows(
         yield name, key, ours, default, fedavg
 
 
-def rejected(tally: dict, vote: str, run: dict) -> None:
+def rejected(tally: dict, vote: Hashable, run: dict) -> None:
     """Add ``run``'s honest updates rejected, and all its honest updates, to ``tally[vote]``."""
     tally[vote][0] += run["fp"]
     tally[vote][1] += run["fp"] + run["tn"]
