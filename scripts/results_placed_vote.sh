@@ -7,8 +7,8 @@
 # Usage: bash scripts/results_placed_vote.sh [RUNS_DIR]   (default runs/placed-vote)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), PART (default all; or against, A; or
 # matrix, B and C; or followup, D, E and F of its follow-up; or settled, S1-S3 of its follow-up 2; or settled_followup,
-# its follow-up 3; or settled_cpu, its follow-up 4; or settled_against, its follow-up 5), FAMILIES (one family a
-# sweep to split a part), PARTITIONS (default "iid noniid": F's, to split it).
+# its follow-up 3; or settled_cpu, its follow-up 4; or settled_against, its follow-up 5; or settled_seed300, its
+# follow-up 6), FAMILIES (one family a sweep to split a part), PARTITIONS (default "iid noniid": F's, to split it).
 set -euo pipefail
 runs="${1:-runs/placed-vote}"
 # shellcheck source=scripts/lora_cells.sh
@@ -64,6 +64,13 @@ settled_followup() {  # follow-up 3 (PLAN.md): cohort_vote="settled" in D, E and
   seeds_against "${settled_vote[@]}"
   bert_cells "${settled_vote[@]}"
 }
+settled_seed300() {  # follow-up 6 (PLAN.md): FedLNS(), now the settled vote, in S1 and S3's cells at seed 300
+  local family
+  for family in ${FAMILIES:-gpt llama}; do
+    lora_sweep "$family" iid,noniid 0.2 300 "$matrix_attacks" "${settled_vote[@]}"
+    lora_sweep "$family" iid,noniid 0 300 none "${settled_vote[@]}"
+  done
+}
 settled_cpu() {  # follow-up 4 (PLAN.md): cohort_vote="settled" in adaptive's cpu-preset cells
   local family attack seed
   cpu_sweep() {  # FAMILY PARTITION FRACTION SEED ATTACK: the settled vote in one cpu-preset cell, as adaptive ran it
@@ -107,5 +114,6 @@ case "$part" in
   settled_followup) settled_followup ;;
   settled_cpu) settled_cpu ;;
   settled_against) settled_against ;;
+  settled_seed300) settled_seed300 ;;
   *) against && matrix ;;
 esac
