@@ -24,8 +24,12 @@ With ``--settled-against``, follow-up 5 (``FedLNS()``, now the settled vote, aga
 at seeds 400 and 500, and A's other attacks), its runs first (``PART=settled_against``, the round vote's and FedAvg's
 runs of W and X with them), then ``docs/results/placed-vote`` (A's round-vote and FedAvg runs).
 
+With ``--settled-seed300``, follow-up 6 (S1 and S3's cells at seed 300, ``FedLNS()`` now the settled vote), its runs
+first (``PART=settled_seed300``), then ``docs/results/placed-vote`` (the placed vote's runs of C) and
+``docs/results/adaptive/seed300`` (the round vote's, FedAvg's and clean FedAvg's).
+
 Usage: python scripts/placed_vote_table.py [--followup | --settled | --settled-followup | --settled-cpu |
-       --settled-against] STUDY MORE...
+       --settled-against | --settled-seed300] STUDY MORE...
 """
 
 from __future__ import annotations
@@ -123,19 +127,20 @@ def rejected(tally: dict, vote: Hashable, run: dict) -> None:
     tally[vote][1] += run["fp"] + run["tn"]
 
 
-def fewer_rejected(add, tally: dict, vote: str) -> None:
-    """The criterion that ``vote`` rejects fewer honest updates at 20% than FedLNS() (``tally["round"]``)."""
+def fewer_rejected(add, tally: dict, vote: str, than: str = "FedLNS()") -> None:
+    """The criterion that ``vote`` rejects fewer honest updates at 20% than the round vote (``tally["round"]``,
+    labelled ``than``)."""
     (fp_round, all_round), (fp, total) = tally["round"], tally[vote]
     add(
-        "1. at 20%: fewer honest updates rejected than FedLNS()",
-        f"{vote} {fp} of {total}, FedLNS() {fp_round} of {all_round}",
+        f"1. at 20%: fewer honest updates rejected than {than}",
+        f"{vote} {fp} of {total}, {than} {fp_round} of {all_round}",
         fp < fp_round,
     )
 
 
-def as_many(add, test: str, counts: dict, vote: str, other: str) -> None:
-    """The criterion that ``counts[vote]`` is at least ``counts[other]`` (``"round"`` is FedLNS())."""
-    label = "FedLNS()" if other == "round" else other
+def as_many(add, test: str, counts: dict, vote: str, other: str, than: str = "FedLNS()") -> None:
+    """The criterion that ``counts[vote]`` is at least ``counts[other]`` (``"round"`` labelled ``than``)."""
+    label = than if other == "round" else other
     add(test, f"{vote} {counts[vote]}, {label} {counts[other]}", counts[vote] >= counts[other])
 
 
@@ -185,13 +190,16 @@ def followup(cells: dict, vote: str = "placed") -> dict[str, list[tuple[str, boo
     return checks
 
 
-def settled(cells: dict) -> dict[str, list[tuple[str, bool]]]:
-    """Follow-up 2 (S1-S3: ``cohort_vote="settled"``) and its four criteria."""
+def settled(cells: dict, shipped: bool = False) -> dict[str, list[tuple[str, bool]]]:
+    """Follow-up 2 (S1-S3: ``cohort_vote="settled"``) and its four criteria; with ``shipped``, follow-up 6's (the
+    same cells at seed 300, the settled vote now FedLNS() as it ships and the round vote the default before)."""
     checks, add = checklist()
+    than = "round" if shipped else "FedLNS()"
+    labels = dict(names=("round", "settled"), intro=SHIPPED_INTRO) if shipped else {}
     honest = {"round": [0, 0], "settled": [0, 0]}  # criterion 1: honest updates rejected, of all, at 20%
     within = {"placed": 0, "settled": 0}  # criterion 1: cells within 1% of FedAvg at 20%
     clean_within = {"round": 0, "settled": 0}  # criterion 4
-    for name, key, ours, default, fedavg in rows(cells, add, ("2", "3"), vote="settled"):
+    for name, key, ours, default, fedavg in rows(cells, add, ("2", "3"), vote="settled", **labels):
         fraction = key[2]
         if fraction == 0.2:
             for vote, run in (("round", default), ("settled", ours)):
@@ -205,10 +213,10 @@ def settled(cells: dict) -> dict[str, list[tuple[str, bool]]]:
         if fraction == 0:
             for vote, run in (("round", default), ("settled", ours)):
                 clean_within[vote] += worse(run, fedavg) <= 0.01
-    fewer_rejected(add, honest, "settled")
+    fewer_rejected(add, honest, "settled", than)
     as_many(add, "1. at 20%: within 1% of FedAvg in as many cells as placed", within, "settled", "placed")
-    test = "4. without attackers: within 1% of FedAvg in at least as many cells as FedLNS()"
-    as_many(add, test, clean_within, "settled", "round")
+    test = f"4. without attackers: within 1% of FedAvg in at least as many cells as {than}"
+    as_many(add, test, clean_within, "settled", "round", than)
     return checks
 
 
@@ -244,6 +252,7 @@ PLANS = {
     "--settled-followup": partial(followup, vote="settled"),
     "--settled-cpu": settled_cpu,
     "--settled-against": settled_against,
+    "--settled-seed300": partial(settled, shipped=True),
 }
 
 
