@@ -421,6 +421,18 @@ class CohortGraph:
         return {client_id: int(s) for client_id, s in zip(self.ids, side)}
 
 
+def voted_out(votes: Sequence[int], sizes: Sequence[int], margin: float = 0.0) -> int | None:
+    """Which of a cut's two parts the vote rejects: the one with the lower vote (the first on a tie), where that
+    vote is negative and at most ``-margin`` times the part's size (``FedLNS(cohort_margin=...)``); None where
+    neither is.
+
+    >>> voted_out([-1, 2], [8, 2]), voted_out([-1, 2], [8, 2], margin=0.5), voted_out([-3, 3], [3, 7], margin=0.5)
+    (0, None, 0)
+    """
+    lower = 0 if votes[0] <= votes[1] else 1
+    return lower if votes[lower] < 0 and votes[lower] <= -margin * sizes[lower] else None
+
+
 def _leading_vector(weights: np.ndarray) -> np.ndarray:
     """The eigenvector of the largest eigenvalue of a symmetric matrix."""
     if weights.shape[0] <= _DENSE_EIGEN_LIMIT:
@@ -646,7 +658,7 @@ def cohort_rule(
         open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0
         members = [cut.first, ~cut.first]
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]
-        lower = 0 if votes[0] <= votes[1] else 1
+        out = voted_out(votes, [int(mask.sum()) for mask in members], margin)
         where = CENTERED_REASON if centered else "in the part of the round apart from the rest"
         rejected_part: np.ndarray | None = None
         why = ""
@@ -678,11 +690,11 @@ def cohort_rule(
                     f"whose normalization changes all lie {above_or_below} the other part's and further from the "
                     f"bank's typical delta {typical:.3g}, in a round no cohort of the history can decide"
                 )
-        elif votes[lower] < 0 and votes[lower] <= -margin * int(members[lower].sum()):
-            rejected_part = members[lower]
+        elif out is not None:
+            rejected_part = members[out]
             why = (
                 "whose clients' history places them outside the population's majority cohort "
-                f"(vote {votes[lower]:+d} of {int(members[lower].sum())})"
+                f"(vote {votes[out]:+d} of {int(members[out].sum())})"
             )
         if rejected_part is not None:
             kept = ~rejected_part

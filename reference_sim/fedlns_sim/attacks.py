@@ -785,11 +785,11 @@ class CutBlend(TargetCorruption):
             if cut == "centered" and (parts is None or not parts.apart):
                 parts = centered_parts(rows, separation=separation)
             hidden = cut not in HISTORY_CUTS or confirmed_cut(cosines, sides) is None
-            if ((parts is None or not parts.apart) and hidden) or self.outvoted(parts, len(benign)):
+            if ((parts is None or not parts.apart) and hidden) or self.kept_anyway(parts, len(benign)):
                 break
         return _sending(global_params, client_params, malicious, crafted, keys)
 
-    def outvoted(self, parts, n_benign: int) -> bool:
+    def kept_anyway(self, parts, n_benign: int) -> bool:
         """Whether a round the cut still splits keeps the attackers all the same (``cut_blend``: never)."""
         return False
 
@@ -825,15 +825,16 @@ class MarginBlend(CutBlend):
 
     name = "margin_blend"
 
-    def outvoted(self, parts, n_benign):
+    def kept_anyway(self, parts, n_benign):
+        from fedlns_core._cohort import voted_out
+
         if parts is None or not parts.apart:
             return False
         margin = 0.0 if self.config is None else self.config.cohort_margin
         first = np.asarray(parts.first)
         members = [first, ~first]
         votes = [int(m[:n_benign].sum()) - int(m[n_benign:].sum()) for m in members]  # honest +1, attackers -1
-        lower = int(votes[1] < votes[0])
-        return not (votes[lower] < 0 and votes[lower] <= -margin * int(members[lower].sum()))
+        return voted_out(votes, [int(m.sum()) for m in members], margin) is None
 
 
 class SideJoin(Sleeper):

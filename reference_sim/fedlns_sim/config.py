@@ -98,10 +98,14 @@ COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
 COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "adaptive")
 
 
-#: The attacks written against the cohort rule's cut: they read the server's ``cohort_cut``, whatever the method.
-CUT_ATTACKS = ("cut_blend", "half_blend")
-#: The attacks written against the margin: they read the server's ``cohort_margin``, whatever the method.
-MARGIN_ATTACKS = ("margin_blend",)
+#: The server's settings that an attack written against them reads, whatever the method: they name its runs.
+ATTACK_READS: dict[str, tuple[str, ...]] = {
+    "cut_blend": ("cohort_cut",),
+    "half_blend": ("cohort_cut",),
+    "margin_blend": ("cohort_margin",),
+}
+#: The attacks written against the cohort rule's cut.
+CUT_ATTACKS = tuple(attack for attack, read in ATTACK_READS.items() if "cohort_cut" in read)
 
 #: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
 DEFAULT_METHOD_KEYS = (
@@ -134,11 +138,8 @@ def experiment_fields(config_dict: dict) -> dict:
     the attacks written against the margin): what must match for two folders to hold the same run."""
     unused: tuple[str, ...] = ()
     if config_dict.get("method") != "fedlns_default":
-        unused = DEFAULT_METHOD_KEYS
-        if config_dict.get("attack") not in CUT_ATTACKS:
-            unused += ("cohort_cut",)
-        if config_dict.get("attack") in MARGIN_ATTACKS:
-            unused = tuple(key for key in unused if key != "cohort_margin")
+        read = ATTACK_READS.get(str(config_dict.get("attack")), ())
+        unused = tuple(key for key in (*DEFAULT_METHOD_KEYS, "cohort_cut") if key not in read)
     return {k: v for k, v in config_dict.items() if k not in MACHINE_KEYS and k not in unused}
 
 
@@ -365,10 +366,10 @@ class Config:
                 or all(
                     getattr(self, key) == getattr(Config, key)
                     for key in DEFAULT_METHOD_ONLY
-                    if key != "cohort_margin" or self.attack not in MARGIN_ATTACKS
+                    if key not in ATTACK_READS.get(self.attack, ())
                 ),
                 f"{' and '.join(DEFAULT_METHOD_ONLY)} apply to method fedlns_default only (cohort_margin also to the "
-                f"attacks written against it, {', '.join(MARGIN_ATTACKS)})",
+                f"attacks written against it, {', '.join(a for a, r in ATTACK_READS.items() if 'cohort_margin' in r)})",
             ),
             (
                 not self.method.startswith("fedlns") or self.signature != "norms" or not self.peft or self.peft_norms,
