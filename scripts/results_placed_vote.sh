@@ -52,25 +52,21 @@ followup() {  # D, E and F (PLAN.md's follow-up): the attack written against the
   seeds_against "${candidate[@]}"
   bert_cells "${candidate[@]}"
 }
-settled() {  # S1-S3 (PLAN.md's follow-up 2): cohort_vote="settled" where "placed" made its gains and its one loss
+settled_cells() {  # settled_cells SEED [ATTACK]: S1 and S3's cells at SEED with the settled vote (and ATTACK, S2's,
+  # at 40% IID between them)
   local family
   for family in ${FAMILIES:-gpt llama}; do
-    lora_sweep "$family" iid,noniid 0.2 100 "$matrix_attacks" "${settled_vote[@]}"
-    lora_sweep "$family" iid 0.4 100 weak_core "${settled_vote[@]}"
-    lora_sweep "$family" iid,noniid 0 100 none "${settled_vote[@]}"
+    lora_sweep "$family" iid,noniid 0.2 "$1" "$matrix_attacks" "${settled_vote[@]}"
+    [ -z "${2:-}" ] || lora_sweep "$family" iid 0.4 "$1" "$2" "${settled_vote[@]}"
+    lora_sweep "$family" iid,noniid 0 "$1" none "${settled_vote[@]}"
   done
 }
+settled() { settled_cells 100 weak_core; }  # S1-S3 (PLAN.md's follow-up 2): where "placed" made its gains and its loss
 settled_followup() {  # follow-up 3 (PLAN.md): cohort_vote="settled" in D, E and F
   seeds_against "${settled_vote[@]}"
   bert_cells "${settled_vote[@]}"
 }
-settled_seed300() {  # follow-up 6 (PLAN.md): FedLNS(), now the settled vote, in S1 and S3's cells at seed 300
-  local family
-  for family in ${FAMILIES:-gpt llama}; do
-    lora_sweep "$family" iid,noniid 0.2 300 "$matrix_attacks" "${settled_vote[@]}"
-    lora_sweep "$family" iid,noniid 0 300 none "${settled_vote[@]}"
-  done
-}
+settled_seed300() { settled_cells 300; }  # follow-up 6 (PLAN.md): FedLNS(), now the settled vote, at seed 300
 settled_cpu() {  # follow-up 4 (PLAN.md): cohort_vote="settled" in adaptive's cpu-preset cells
   local family attack seed
   cpu_sweep() {  # FAMILY PARTITION FRACTION SEED ATTACK: the settled vote in one cpu-preset cell, as adaptive ran it
