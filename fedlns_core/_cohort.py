@@ -559,6 +559,7 @@ def cohort_rule(
     vote: str = "round",
     weight: str = "unit",
     margin: float = 0.0,
+    contested_round: str = "hold",
     decide: bool = True,
     bank_sketches: np.ndarray | None = None,
 ) -> CohortOutcome:
@@ -606,6 +607,9 @@ def cohort_rule(
     margin : float in [0, 1], default=0.0
         A part is rejected only where its vote is at most ``-margin`` times its size (``FedLNS(cohort_margin=...)``):
         0 rejects the lower part on any negative vote, 1 only a part the history places wholly in the minority.
+    contested_round : {"hold", "reject"}, default="hold"
+        What a round ``undecided="hold_contested"`` finds contested (:func:`contested`) does: aggregate nobody, or
+        reject its coherent part and keep the other (``FedLNS(cohort_contested=...)``).
     bank_sketches : (B, k), optional
         The bank's update sketches (rows as ``stamps``); ``undecided="adaptive"`` needs them.
     dimension : int, optional
@@ -634,6 +638,7 @@ def cohort_rule(
     open_round = False
     held = ""
     drifting = ""  # undecided="adaptive" in a history whose updates do not agree across rounds: why
+    rejected_part: np.ndarray | None = None
     if cut is not None and decide and undecided == "adaptive":
         if bank_sketches is None:
             raise ValueError('cohort_undecided="adaptive" needs the bank\'s sketches')
@@ -660,10 +665,15 @@ def cohort_rule(
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]
         out = voted_out(votes, [int(mask.sum()) for mask in members], margin)
         where = CENTERED_REASON if centered else "in the part of the round apart from the rest"
-        rejected_part: np.ndarray | None = None
         why = ""
         if undecided == "hold" and open_round:
             held = "no cohort of the history holds more than half of the bank's ids to tell which is honest"
+        elif undecided == "hold_contested" and open_round and contested(cut, n) and contested_round == "reject":
+            rejected_part = cut.first
+            why = (
+                f"and the coherent one, holding {int(cut.first.sum())} of its {n} clients, where no cohort of the "
+                f"history holds more than half of the bank's ids to tell which is honest{drifting}"
+            )
         elif undecided == "hold_contested" and open_round and contested(cut, n):
             held = (
                 f"its coherent part ({int(cut.first.sum())} of {n}) holds at least half of it and no cohort of the "
@@ -723,5 +733,5 @@ def cohort_rule(
     if decide:
         loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    to_support = open_round and undecided in ("support", "hold_contested") and not held
+    to_support = open_round and undecided in ("support", "hold_contested") and not held and rejected_part is None
     return CohortOutcome(retained, tuple(reasons), support, graph, loud_threshold, to_support)

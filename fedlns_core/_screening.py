@@ -439,6 +439,15 @@ class FedLNS:
         half, a vote of -1 of 8, rejected 8 honest clients; a margin leaves a part the history cannot tell apart, at
         the price of attackers mixed with honest clients in one part: opt-in, since ``margin_blend``, written against
         it, put ``cohort_margin=0.5`` 7.1% behind 0 on GPT at 40% (``docs/results/margin``).
+    cohort_contested : {"hold", "reject"}, default="hold"
+        ``"cohort"`` only, under ``cohort_undecided="hold_contested"`` (and ``"adaptive"`` where it acts as it): what a
+        contested round does, one whose coherent part agrees at least ``STRONG_CUT`` and holds at least half of it
+        while no cohort of the history holds more than half of the bank's ids (``fedlns_core._cohort.contested``).
+        ``"hold"`` (the default): aggregate nobody. ``"reject"`` (a candidate): reject the coherent part and keep the
+        other, since honest LoRA updates that the tree cuts into a part agree weakly (cores of 0.10-0.15,
+        ``docs/results/cohort-vote``) and a held round loses the honest clients' progress (``agree_blend``: every
+        held round of GPT at 40%, seed 300, held five attackers against five honest clients). It keeps attackers
+        only where the honest clients of a round agree that strongly and the attackers do not.
     quorum : float in [0, 1], default=0.0
         Every retain rule: a screened round whose kept clients are fewer than this share of its screened clients is
         held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the
@@ -511,6 +520,7 @@ class FedLNS:
         cohort_vote: str = "settled",
         cohort_weight: str = "agreeing",
         cohort_margin: float = 0.0,
+        cohort_contested: str = "hold",
         quorum: float = 0.0,
         sketch_dim: int = 2048,
         clip: str | None = "median",
@@ -541,6 +551,7 @@ class FedLNS:
         self.cohort_vote = cohort_vote
         self.cohort_weight = cohort_weight
         self.cohort_margin = cohort_margin
+        self.cohort_contested = cohort_contested
         self.quorum = quorum
         self.sketch_dim = sketch_dim
         self.clip = clip
@@ -776,6 +787,7 @@ class FedLNS:
                 vote=settings["cohort_vote"],
                 weight=settings["cohort_weight"],
                 margin=settings["cohort_margin"],
+                contested_round=settings["cohort_contested"],
                 decide=not warming_up,
                 bank_sketches=bank_rows[:, :-2],
             )
@@ -1060,6 +1072,7 @@ class FedLNS:
             params.setdefault("cohort_weight", "unit")  # and every split round's edges weighed 1
             params.setdefault("quorum", 0.0)  # and every screened round aggregated whatever it kept
             params.setdefault("cohort_margin", 0.0)  # and a part rejected on any negative vote
+            params.setdefault("cohort_contested", "hold")  # and a contested round held
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

@@ -709,6 +709,33 @@ def test_hold_contested_holds_an_open_round_only_where_a_strong_part_holds_it(n_
         assert contested.rejected == results["support"].rejected
 
 
+@pytest.mark.parametrize("undecided, drift", [("hold_contested", False), ("adaptive", True)])
+def test_cohort_contested_reject_keeps_the_other_part_of_a_round_hold_would_hold(undecided, drift, tmp_path):
+    """``cohort_contested="reject"``: where ``"hold"`` (the default) holds a contested round (the attackers, 6 of
+    10 agreeing at 0.8, in an open round), the coherent part is rejected and the other kept; a round that is not
+    contested (the attackers 4 of 10) is decided as under ``"hold"``; the setting is saved and loaded."""
+    results = {}
+    for n_attack in (6, 4):
+        global_params, rounds = _undecided_rounds(6, n_attack, 2.0, drift=drift)
+        for contested in ("hold", "reject"):
+            screener = FedLNS(
+                activation_threshold=30 if drift else 20, random_state=0, cohort_undecided=undecided,
+                cohort_contested=contested,
+            )
+            for clients in rounds:
+                results[n_attack, contested] = screener.screen(global_params, clients, {i: 10 for i in clients})
+    held, rejected = results[6, "hold"], results[6, "reject"]
+    assert held.active and not held.retained
+    assert set(rejected.retained) == set(range(6, 10)) and set(rejected.rejected) == set(range(6))
+    assert all("the coherent one, holding 6 of its 10 clients" in r for r in rejected.rejected.values())
+    assert results[4, "reject"].retained == results[4, "hold"].retained
+    assert results[4, "reject"].rejected.keys() == results[4, "hold"].rejected.keys()
+    FedLNS(cohort_contested="reject").save(tmp_path / "screener.npz")
+    assert FedLNS.load(tmp_path / "screener.npz").cohort_contested == "reject" and FedLNS().cohort_contested == "hold"
+    with pytest.raises(ValueError, match="cohort_contested"):
+        FedLNS(cohort_contested="drop").screen(global_params, rounds[0], {i: 10 for i in rounds[0]})
+
+
 @pytest.mark.parametrize("drift", [False, True])
 def test_adaptive_holds_a_contested_round_only_where_updates_drift_across_rounds(drift):
     """``cohort_undecided="adaptive"``: a round the attackers hold (6 of 10, agreeing at 0.8) that no cohort can

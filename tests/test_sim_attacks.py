@@ -665,3 +665,38 @@ def test_edgeless_leaves_no_agreeing_edge_at_an_attacker_and_keeps_the_most_pois
             units = _unit((1 - lam) * _unit(mean + spread * scale * noise) + lam * towards)
             other_edges, other_kept = edges_and_poison(units)
             assert other_edges > 0 or other_kept <= kept + 1e-9
+
+
+def test_contest_flip_sends_the_fewest_covers_that_make_the_honest_clients_the_contested_part():
+    """Six honest clients agreeing at about 0.33 and four attackers: alone, the honest clients agree too little for
+    their part to be contested; one or two attackers sending their mean are not enough here, three are, and the cut
+    then has the honest clients and the three covers as its core (mean cosine 0.55 within) and the attacker left
+    with its corrupted model as the rest: ``"reject"`` would keep it only. Where no cover does it (honest clients
+    that agree at chance), the round is ``agree_blend``'s."""
+    from fedlns_core._cohort import contested, round_parts
+    from fedlns_core._support import _unit
+    from fedlns_sim.attacks import ContestFlip
+
+    rng, global_params, clients, _ = _shared_and_poisoned(3, 600, shared_weight=0.75, attacker_noise=0.3)
+    malicious = [6, 7, 8, 9]
+    honest = _rows(clients, range(6))
+    sent = make_attack("contest_flip", TOKENIZER, _config()).craft(global_params, clients, malicious, (), rng)
+    assert all(sent[c] is clients[c] for c in (0, 1, 2, 3, 4, 5, 9))  # the honest and the corrupted pass through
+    cover = ContestFlip.cover(honest, 1)[0]
+    np.testing.assert_allclose(_rows(sent, [6, 7, 8]), np.stack([cover] * 3), rtol=1e-5, atol=1e-6)
+    assert np.isclose(np.linalg.norm(cover), np.median(np.linalg.norm(honest, axis=1)))
+    units = _unit(_rows(sent, range(10)))
+    parts = round_parts(units @ units.T, separation=0.5)
+    assert parts.apart and contested(parts, 10) and parts.first.tolist() == [True] * 9 + [False]
+    two = {**clients, 6: sent[6], 7: sent[7]}  # two covers: the core agrees too little to be contested
+    units = _unit(_rows(two, range(10)))
+    parts = round_parts(units @ units.T, separation=0.5)
+    assert parts.apart and parts.first.tolist() == [True] * 8 + [False] * 2 and not contested(parts, 10)
+
+    rng, global_params, clients, _ = _shared_and_poisoned(3, 600, shared_weight=0.0, attacker_noise=0.3)
+    flipped = make_attack("contest_flip", TOKENIZER, _config()).craft(
+        global_params, clients, malicious, (), np.random.default_rng(1))
+    blended = make_attack("agree_blend", TOKENIZER, _config()).craft(
+        global_params, clients, malicious, (), np.random.default_rng(1))
+    assert ContestFlip.flip(_rows(clients, range(6)), _rows(clients, malicious)) is None
+    np.testing.assert_array_equal(_rows(flipped, malicious), _rows(blended, malicious))

@@ -76,12 +76,19 @@ def test_the_reports_confirmed_cut_reason_is_the_cores():
 
 def test_mixture_solvers_and_cohort_options_are_the_cores():
     from fedlns_core._settings import options
-    from fedlns_sim.config import COHORT_CUTS, COHORT_UNDECIDED, COHORT_VOTES, COHORT_WEIGHTS, MIXTURE_SOLVERS
+    from fedlns_sim.config import (
+        COHORT_CONTESTED,
+        COHORT_CUTS,
+        COHORT_UNDECIDED,
+        COHORT_VOTES,
+        COHORT_WEIGHTS,
+        MIXTURE_SOLVERS,
+    )
 
     assert MIXTURE_SOLVERS == options("mixture_solver")
     assert COHORT_CUTS == options("cohort_cut") and COHORT_VOTES == options("cohort_vote")
     assert COHORT_WEIGHTS == options("cohort_weight")
-    assert COHORT_UNDECIDED == options("cohort_undecided")
+    assert COHORT_UNDECIDED == options("cohort_undecided") and COHORT_CONTESTED == options("cohort_contested")
 
 
 def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():

@@ -173,6 +173,14 @@ def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch)
         assert set(any_vote["kept"]) <= set(mine["kept"])
     with pytest.raises(ValueError, match="margin=M once"):
         replay(recorded_cohort, "cohort:margin=0.5+margin=1")
+    contests = []
+    monkeypatch.setattr(
+        replay_module, "cohort_rule", lambda *a, **k: contests.append(k["contested_round"]) or rule(*a, **k)
+    )
+    replay(recorded_cohort, "cohort:contested=reject")
+    assert set(contests) == {"reject"}
+    with pytest.raises(ValueError, match="contested=C"):
+        replay(recorded_cohort, "cohort:contested=drop")
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):

@@ -86,6 +86,10 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
   ``majority_drift`` ``majority_only`` that sends random directions (at its clean update's norm) where it does
                      not hold the round: against ``cohort_undecided="adaptive"``, whose test of whether updates agree
                      across rounds reads the bank, 40% of which is then noise.
+  ``contest_flip``   ``agree_blend``, except where some attackers sending the honest clients' mean make the
+                     honest clients and them the round's contested part (agreeing strongly, holding half of it) and
+                     the other attackers, with their corrupted models, the rest: against
+                     ``cohort_contested="reject"``, which rejects a contested part where the history cannot decide.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -1061,6 +1065,61 @@ class MajorityDrift(MajorityOnly):
         return _sending(global_params, client_params, malicious, noise, keys)
 
 
+class ContestFlip(AgreeBlend):
+    """``agree_blend``, except in a round where the attackers can make the honest clients the round's contested
+    part: there the fewest attackers that do it (the cover) send the honest clients' mean update at the benign
+    median norm, and the others their corrupted models as trained. The server's cut (``fedlns_core._cohort.
+    round_parts`` with ``FedLNS()``'s separation, on the updates' exact cosines) then has the honest clients and the
+    cover as its core, agreeing at least ``STRONG_CUT`` and holding at least half of the round
+    (``fedlns_core._cohort.contested``), and the corrupted attackers alone in the other part. White-box against
+    ``FedLNS(cohort_contested="reject")``, which rejects a contested core in a round no cohort of the history
+    decides: it keeps the corrupted attackers only (``"hold"`` holds the round). The cover costs the attackers what
+    it sends (the honest mean); rounds where no cover does it are ``agree_blend``'s, whose rounds are rarely cut, so
+    that the history stays without a majority cohort."""
+
+    name = "contest_flip"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if len(malicious) < 2 or len(benign) < 2:
+            return super().craft(global_params, client_params, malicious, norm_keys, rng)
+        keys = sorted(global_params)
+        honest = _stacked(global_params, client_params, benign, keys)
+        poisoned = _stacked(global_params, client_params, malicious, keys)
+        covers = self.flip(honest, poisoned)
+        if covers is None:
+            return super().craft(global_params, client_params, malicious, norm_keys, rng)
+        return _sending(global_params, client_params, malicious[:covers], self.cover(honest, covers), keys)
+
+    @staticmethod
+    def cover(honest: np.ndarray, count: int) -> np.ndarray:
+        """``count`` rows of the honest clients' mean update at their median norm."""
+        mean = honest.mean(axis=0)
+        norm = float(np.median(np.linalg.norm(honest, axis=1)))
+        return np.repeat((mean * norm / max(float(np.linalg.norm(mean)), 1e-300))[None], count, axis=0)
+
+    @classmethod
+    def flip(cls, honest: np.ndarray, poisoned: np.ndarray) -> int | None:
+        """The fewest cover rows (the first attackers') with which the round's cut is contested with the honest
+        clients and the cover as its core and every other attacker outside it; None where no count below the
+        attackers' does."""
+        from fedlns_core import FedLNS
+        from fedlns_core._cohort import contested, round_parts
+        from fedlns_core._support import _unit
+
+        separation = FedLNS().separation
+        n_honest = len(honest)
+        for count in range(1, len(poisoned)):
+            rows = np.vstack([honest, cls.cover(honest, count), poisoned[count:]])
+            units = _unit(rows)
+            parts = round_parts(units @ units.T, separation=separation)
+            if parts is None or not parts.apart or not contested(parts, len(rows)):
+                continue
+            if parts.first[: n_honest + count].all() and not parts.first[n_honest + count :].any():
+                return count
+        return None
+
+
 def _mean_cosine(units: np.ndarray) -> float:
     """Mean cosine between distinct rows of unit vectors."""
     n = len(units)
@@ -1127,6 +1186,7 @@ ATTACKS = {
         MajorityWeak,
         WeakSleeper,
         MajorityDrift,
+        ContestFlip,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

@@ -80,6 +80,7 @@ ATTACK_NAMES = (
     "majority_weak",
     "weak_sleeper",
     "majority_drift",
+    "contest_flip",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
@@ -96,6 +97,7 @@ COHORT_CUTS = ("tree", "significant", "confirmed", "centered")
 COHORT_VOTES = ("round", "history", "strong", "placed", "settled")
 COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
 COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "adaptive")
+COHORT_CONTESTED = ("hold", "reject")
 
 
 #: The server's settings that an attack written against them reads, whatever the method: they name its runs.
@@ -116,10 +118,11 @@ DEFAULT_METHOD_KEYS = (
     "cohort_vote",
     "cohort_weight",
     "cohort_margin",
+    "cohort_contested",
     "quorum",
 )
 #: Of those, the ones a run of another method may not change (the others keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_margin", "quorum")
+DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_margin", "cohort_contested", "quorum")
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
@@ -236,6 +239,7 @@ class Config:
     cohort_weight: str = "agreeing"  # fedlns_default's FedLNS(cohort_weight=...): agreeing (its default) | unit (its
     # default before: runs archived before it, LEGACY) | coherence
     cohort_margin: float = 0.0  # fedlns_default's FedLNS(cohort_margin=...): 0 (its default) | a share in (0, 1]
+    cohort_contested: str = "hold"  # fedlns_default's FedLNS(cohort_contested=...): hold (its default) | reject
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
 
     @property
@@ -353,6 +357,10 @@ class Config:
             ),
             (0.0 <= self.quorum <= 1.0, f"quorum must be in [0, 1], got {self.quorum}"),
             (0.0 <= self.cohort_margin <= 1.0, f"cohort_margin must be in [0, 1], got {self.cohort_margin}"),
+            (
+                self.cohort_contested in COHORT_CONTESTED,
+                f"cohort_contested must be one of {COHORT_CONTESTED}, got {self.cohort_contested!r}",
+            ),
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",

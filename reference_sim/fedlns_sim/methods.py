@@ -56,6 +56,7 @@ def make_screener(config):
             cohort_vote=config.cohort_vote,
             cohort_weight=config.cohort_weight,
             cohort_margin=config.cohort_margin,
+            cohort_contested=config.cohort_contested,
             quorum=config.quorum,
             clip=None if config.default_clip == "none" else "median",
             warmup=config.default_warmup,
