@@ -560,6 +560,7 @@ def cohort_rule(
     weight: str = "unit",
     margin: float = 0.0,
     contested_round: str = "hold",
+    strong_minority: str = "support",
     decide: bool = True,
     bank_sketches: np.ndarray | None = None,
 ) -> CohortOutcome:
@@ -610,6 +611,10 @@ def cohort_rule(
     contested_round : {"hold", "reject"}, default="hold"
         What a round ``undecided="hold_contested"`` finds contested (:func:`contested`) does: aggregate nobody, or
         reject its coherent part and keep the other (``FedLNS(cohort_contested=...)``).
+    strong_minority : {"support", "reject"}, default="support"
+        What a round ``undecided="hold_contested"`` hands to the support rule does where its coherent part agrees at
+        least ``STRONG_CUT`` but holds less than half of it: go to the support rule, or reject that part
+        (``FedLNS(cohort_strong_minority=...)``).
     bank_sketches : (B, k), optional
         The bank's update sketches (rows as ``stamps``); ``undecided="adaptive"`` needs them.
     dimension : int, optional
@@ -678,6 +683,18 @@ def cohort_rule(
             held = (
                 f"its coherent part ({int(cut.first.sum())} of {n}) holds at least half of it and no cohort of the "
                 "history holds more than half of the bank's ids to tell which is honest"
+            )
+        elif (
+            undecided == "hold_contested"
+            and open_round
+            and strong_minority == "reject"
+            and cut.within >= STRONG_CUT
+            and not contested(cut, n)
+        ):
+            rejected_part = cut.first
+            why = (
+                f"and the coherent one, agreeing strongly and holding {int(cut.first.sum())} of its {n} clients, where "
+                f"no cohort of the history holds more than half of the bank's ids to tell which is honest{drifting}"
             )
         elif undecided == "hold_contested" and max(votes) < 0:
             held = (

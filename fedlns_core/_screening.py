@@ -450,6 +450,14 @@ class FedLNS:
         (``docs/results/contested-reject``): within 1% of FedAvg under ``agree_blend`` in 3 of 4 cells against 1, but
         ``contest_flip``, written against it (attackers sending the honest mean so that the honest clients are the
         contested part), put it 1.8% behind ``"hold"`` on LLaMA at 40%: opt-in.
+    cohort_strong_minority : {"support", "reject"}, default="support"
+        ``"cohort"`` only, under ``cohort_undecided="hold_contested"`` (and ``"adaptive"`` where it acts as it): what a
+        round whose coherent part agrees at least ``STRONG_CUT`` but holds less than half of it does while no cohort of
+        the history holds more than half of the bank's ids. ``"support"`` (the default): the support rule decides, as
+        any such round that is not contested; in a drifting history it can keep the coherent part alone (ALIE at 20% in
+        the LoRA scenario, the first screened rounds: three attackers sending one update kept, seven honest clients
+        rejected). ``"reject"`` (a candidate): reject that part, since honest LoRA updates that the tree cuts into a
+        part agree weakly (``docs/results/cohort-vote``).
     quorum : float in [0, 1], default=0.0
         Every retain rule: a screened round whose kept clients are fewer than this share of its screened clients is
         held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the
@@ -523,6 +531,7 @@ class FedLNS:
         cohort_weight: str = "agreeing",
         cohort_margin: float = 0.0,
         cohort_contested: str = "hold",
+        cohort_strong_minority: str = "support",
         quorum: float = 0.0,
         sketch_dim: int = 2048,
         clip: str | None = "median",
@@ -554,6 +563,7 @@ class FedLNS:
         self.cohort_weight = cohort_weight
         self.cohort_margin = cohort_margin
         self.cohort_contested = cohort_contested
+        self.cohort_strong_minority = cohort_strong_minority
         self.quorum = quorum
         self.sketch_dim = sketch_dim
         self.clip = clip
@@ -790,6 +800,7 @@ class FedLNS:
                 weight=settings["cohort_weight"],
                 margin=settings["cohort_margin"],
                 contested_round=settings["cohort_contested"],
+                strong_minority=settings["cohort_strong_minority"],
                 decide=not warming_up,
                 bank_sketches=bank_rows[:, :-2],
             )
@@ -1075,6 +1086,9 @@ class FedLNS:
             params.setdefault("quorum", 0.0)  # and every screened round aggregated whatever it kept
             params.setdefault("cohort_margin", 0.0)  # and a part rejected on any negative vote
             params.setdefault("cohort_contested", "hold")  # and a contested round held
+            params.setdefault(
+                "cohort_strong_minority", "support"
+            )  # and a strong minority part left to the support rule
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

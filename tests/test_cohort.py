@@ -736,6 +736,28 @@ def test_cohort_contested_reject_keeps_the_other_part_of_a_round_hold_would_hold
         FedLNS(cohort_contested="drop").screen(global_params, rounds[0], {i: 10 for i in rounds[0]})
 
 
+def test_cohort_strong_minority_reject_rejects_a_strong_part_of_less_than_half_the_support_rule_would_judge(tmp_path):
+    """An open round (no cohort holds most of the bank) of four attackers agreeing at 0.8 against six honest clients
+    in a history that drifts: not contested (less than half), so the support rule decides it under the default;
+    ``cohort_strong_minority="reject"`` rejects the four. Attackers agreeing weakly (0.2) are not a strong part:
+    both settings decide alike. The setting is saved and loaded."""
+    results = {}
+    for strength in (2.0, 0.5):
+        global_params, rounds = _undecided_rounds(6, 4, strength, drift=True)
+        for minority in ("support", "reject"):
+            screener = FedLNS(activation_threshold=30, random_state=0, cohort_strong_minority=minority)
+            for clients in rounds:
+                results[strength, minority] = screener.screen(global_params, clients, {i: 10 for i in clients})
+    rejected = results[2.0, "reject"]
+    assert rejected.active and set(rejected.retained) == set(range(4, 10)) and set(rejected.rejected) == set(range(4))
+    assert all("agreeing strongly and holding 4 of its 10 clients" in r for r in rejected.rejected.values())
+    assert results[0.5, "reject"].retained == results[0.5, "support"].retained
+    assert results[0.5, "reject"].rejected.keys() == results[0.5, "support"].rejected.keys()
+    FedLNS(cohort_strong_minority="reject").save(tmp_path / "screener.npz")
+    assert FedLNS.load(tmp_path / "screener.npz").cohort_strong_minority == "reject"
+    assert FedLNS().cohort_strong_minority == "support"
+
+
 @pytest.mark.parametrize("drift", [False, True])
 def test_adaptive_holds_a_contested_round_only_where_updates_drift_across_rounds(drift):
     """``cohort_undecided="adaptive"``: a round the attackers hold (6 of 10, agreeing at 0.8) that no cohort can

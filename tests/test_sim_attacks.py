@@ -700,3 +700,38 @@ def test_contest_flip_sends_the_fewest_covers_that_make_the_honest_clients_the_c
         global_params, clients, malicious, (), np.random.default_rng(1))
     assert ContestFlip.flip(_rows(clients, range(6)), _rows(clients, malicious)) is None
     np.testing.assert_array_equal(_rows(flipped, malicious), _rows(blended, malicious))
+
+
+def test_minority_flip_makes_a_few_honest_clients_and_a_cover_a_strong_minority_core():
+    """Six honest clients agreeing at about 0.2 and four attackers: one attacker sending the mean of the two honest
+    clients closest to the honest mean makes those three a strong core of less than half of the round, with the
+    other honest clients and three ``weak_core`` attackers as the rest (``"reject"`` would reject two honest
+    clients and keep the three); where the honest clients agree too much for a small part to be cut off (0.33
+    here), the round is ``agree_blend``'s."""
+    from fedlns_core._cohort import STRONG_CUT, contested, round_parts
+    from fedlns_core._support import _unit
+    from fedlns_sim.attacks import ContestFlip, MinorityFlip, WeakCore
+
+    rng, global_params, clients, _ = _shared_and_poisoned(3, 600, shared_weight=0.5, attacker_noise=0.3)
+    malicious = [6, 7, 8, 9]
+    honest = _rows(clients, range(6))
+    sent = make_attack("minority_flip", TOKENIZER, _config()).craft(
+        global_params, clients, malicious, (), np.random.default_rng(0))
+    assert all(sent[c] is clients[c] for c in range(6))
+    attack = make_attack("minority_flip", TOKENIZER, _config())
+    weak = WeakCore.lean(attack, attack.weak(honest, _rows(clients, malicious), np.random.default_rng(0)), honest)
+    chosen, covers = MinorityFlip.flip(honest, weak)
+    assert chosen.tolist() == [2, 5] and covers == 1  # the two closest to the honest mean
+    np.testing.assert_allclose(_rows(sent, [6]), ContestFlip.cover(honest[chosen], 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_rows(sent, [7, 8, 9]), weak[1:], rtol=1e-5, atol=1e-6)
+    units = _unit(_rows(sent, range(10)))
+    parts = round_parts(units @ units.T, separation=0.5)
+    assert parts.apart and parts.within >= STRONG_CUT and not contested(parts, 10)
+    assert np.flatnonzero(parts.first).tolist() == [2, 5, 6]
+
+    rng, global_params, clients, _ = _shared_and_poisoned(3, 600, shared_weight=0.75, attacker_noise=0.3)
+    flipped = make_attack("minority_flip", TOKENIZER, _config()).craft(
+        global_params, clients, malicious, (), np.random.default_rng(1))
+    blended = make_attack("agree_blend", TOKENIZER, _config()).craft(
+        global_params, clients, malicious, (), np.random.default_rng(1))
+    np.testing.assert_array_equal(_rows(flipped, malicious), _rows(blended, malicious))

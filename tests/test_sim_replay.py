@@ -181,6 +181,14 @@ def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch)
     assert set(contests) == {"reject"}
     with pytest.raises(ValueError, match="contested=C"):
         replay(recorded_cohort, "cohort:contested=drop")
+    minorities = []
+    monkeypatch.setattr(
+        replay_module, "cohort_rule", lambda *a, **k: minorities.append(k["strong_minority"]) or rule(*a, **k)
+    )
+    replay(recorded_cohort, "cohort:minority=reject")
+    assert set(minorities) == {"reject"}
+    with pytest.raises(ValueError, match="minority=C"):
+        replay(recorded_cohort, "cohort:minority=keep")
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):

@@ -90,6 +90,9 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
                      honest clients and them the round's contested part (agreeing strongly, holding half of it) and
                      the other attackers, with their corrupted models, the rest: against
                      ``cohort_contested="reject"``, which rejects a contested part where the history cannot decide.
+  ``minority_flip``  ``agree_blend``, except where some attackers sending the mean of the honest clients closest to
+                     the honest mean make those clients and them a strong minority part of the round, the other
+                     honest clients and the corrupted attackers the rest: against ``cohort_strong_minority="reject"``.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -1120,6 +1123,69 @@ class ContestFlip(AgreeBlend):
         return None
 
 
+class MinorityFlip(AgreeBlend):
+    """``agree_blend``, except in a round where the attackers can make a few honest clients a strong minority part:
+    there the fewest attackers that do it (the cover) send the mean update of the honest clients closest to the
+    honest mean (as many as it takes, the most of them first) at the benign median norm, and the others
+    ``weak_core``'s rows (their mean corrupted update plus the least noise at which they agree no more than the honest
+    clients, at the benign median norm), so that they form no core of their own. The server's cut
+    (``fedlns_core._cohort.round_parts`` with ``FedLNS()``'s
+    separation, on the updates' exact cosines) then has those honest clients and the cover as its core, agreeing at
+    least ``STRONG_CUT`` and holding less than half of the round, with the other honest clients and the corrupted
+    attackers as the rest. White-box against ``FedLNS(cohort_strong_minority="reject")``, which rejects such a core
+    in a round no cohort of the history decides: it rejects honest clients and keeps the corrupted attackers among
+    the others. Rounds where no cover does it are ``agree_blend``'s."""
+
+    name = "minority_flip"
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        benign = [c for c in client_params if c not in malicious]
+        if len(malicious) < 2 or len(benign) < 3:
+            return super().craft(global_params, client_params, malicious, norm_keys, rng)
+        keys = sorted(global_params)
+        honest = _stacked(global_params, client_params, benign, keys)
+        poisoned = _stacked(global_params, client_params, malicious, keys)
+        crafted = self.weak(honest, poisoned, rng)
+        weak = WeakCore.lean(self, crafted, honest)
+        found = self.flip(honest, weak)
+        if found is None:  # agree_blend's rows, from the same draws
+            return _sending(global_params, client_params, malicious, self.lean(crafted, honest), keys)
+        chosen, covers = found
+        rows = np.vstack([ContestFlip.cover(honest[chosen], covers), weak[covers:]])
+        return _sending(global_params, client_params, malicious, rows, keys)
+
+    @staticmethod
+    def flip(honest: np.ndarray, poisoned: np.ndarray) -> tuple[np.ndarray, int] | None:
+        """(the honest clients chosen, the cover count): the fewest cover rows (in place of the first of
+        ``poisoned``), and with them the most honest clients closest to the honest mean, with which the round's cut
+        has those clients and the cover as a strong core of less than half of the round and every other client
+        outside it; None where none does."""
+        from fedlns_core import FedLNS
+        from fedlns_core._cohort import STRONG_CUT, contested, round_parts
+        from fedlns_core._support import _unit
+
+        separation = FedLNS().separation
+        units = _unit(honest)
+        order = np.argsort(-(units @ _unit(honest.mean(axis=0)[None])[0]), kind="stable")
+        n = len(honest) + len(poisoned)
+        for count in range(1, len(poisoned)):
+            for size in range(len(honest) - 1, 1, -1):
+                if 2 * (size + count) >= n:
+                    continue  # contested, not a minority
+                chosen = np.sort(order[:size])
+                rows = np.vstack([honest, ContestFlip.cover(honest[chosen], count), poisoned[count:]])
+                rows_units = _unit(rows)
+                parts = round_parts(rows_units @ rows_units.T, separation=separation)
+                if parts is None or not parts.apart or parts.within < STRONG_CUT or contested(parts, n):
+                    continue
+                expected = np.zeros(n, dtype=bool)
+                expected[chosen] = True
+                expected[len(honest) : len(honest) + count] = True
+                if np.array_equal(parts.first, expected):
+                    return chosen, count
+        return None
+
+
 def _mean_cosine(units: np.ndarray) -> float:
     """Mean cosine between distinct rows of unit vectors."""
     n = len(units)
@@ -1187,6 +1253,7 @@ ATTACKS = {
         WeakSleeper,
         MajorityDrift,
         ContestFlip,
+        MinorityFlip,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

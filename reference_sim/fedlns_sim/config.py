@@ -81,6 +81,7 @@ ATTACK_NAMES = (
     "weak_sleeper",
     "majority_drift",
     "contest_flip",
+    "minority_flip",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
@@ -98,6 +99,7 @@ COHORT_VOTES = ("round", "history", "strong", "placed", "settled")
 COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
 COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "adaptive")
 COHORT_CONTESTED = ("hold", "reject")
+COHORT_STRONG_MINORITY = ("support", "reject")
 
 
 #: The server's settings that an attack written against them reads, whatever the method: they name its runs.
@@ -119,10 +121,18 @@ DEFAULT_METHOD_KEYS = (
     "cohort_weight",
     "cohort_margin",
     "cohort_contested",
+    "cohort_strong_minority",
     "quorum",
 )
 #: Of those, the ones a run of another method may not change (the others keep their archived values: LEGACY).
-DEFAULT_METHOD_ONLY = ("default_clip", "default_warmup", "cohort_margin", "cohort_contested", "quorum")
+DEFAULT_METHOD_ONLY = (
+    "default_clip",
+    "default_warmup",
+    "cohort_margin",
+    "cohort_contested",
+    "cohort_strong_minority",
+    "quorum",
+)
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
@@ -240,6 +250,8 @@ class Config:
     # default before: runs archived before it, LEGACY) | coherence
     cohort_margin: float = 0.0  # fedlns_default's FedLNS(cohort_margin=...): 0 (its default) | a share in (0, 1]
     cohort_contested: str = "hold"  # fedlns_default's FedLNS(cohort_contested=...): hold (its default) | reject
+    cohort_strong_minority: str = "support"  # fedlns_default's FedLNS(cohort_strong_minority=...): support (its
+    # default) | reject
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
 
     @property
@@ -360,6 +372,10 @@ class Config:
             (
                 self.cohort_contested in COHORT_CONTESTED,
                 f"cohort_contested must be one of {COHORT_CONTESTED}, got {self.cohort_contested!r}",
+            ),
+            (
+                self.cohort_strong_minority in COHORT_STRONG_MINORITY,
+                f"cohort_strong_minority must be one of {COHORT_STRONG_MINORITY}, got {self.cohort_strong_minority!r}",
             ),
             (
                 self.default_clip in ("median", "none"),

@@ -57,6 +57,7 @@ def make_screener(config):
             cohort_weight=config.cohort_weight,
             cohort_margin=config.cohort_margin,
             cohort_contested=config.cohort_contested,
+            cohort_strong_minority=config.cohort_strong_minority,
             quorum=config.quorum,
             clip=None if config.default_clip == "none" else "median",
             warmup=config.default_warmup,

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The runs behind docs/results/strong-minority: FedLNS(cohort_strong_minority="reject") against FedLNS() as it ships
+# (such a round left to the support rule) in the LoRA scenario, seed 100 (PLAN.md, fixed before the runs): ALIE at
+# 20% (the cells with a round of attackers only), minority_flip (written against the candidate) at 40% and 20%, target
+# corruption at 40% and a backdoor at 20%, and no attackers, with FedAvg beside them; every run is made here.
+# Resumable: finished runs are skipped.
+#
+# Usage: bash scripts/results_strong_minority.sh [RUNS_DIR]   (default runs/strong-minority)
+# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), FAMILIES (default "gpt llama", one family
+# a sweep to split it).
+set -euo pipefail
+runs="${1:-runs/strong-minority}"
+# shellcheck source=scripts/lora_cells.sh
+. "$(dirname "$0")/lora_cells.sh"
+shipped=(--methods fedlns_default --set cohort_vote=settled)  # FedLNS() as it ships (lora_cells.sh pins the round vote)
+candidate=("${shipped[@]}" --set cohort_strong_minority=reject)
+
+# trio FAMILY PARTITION FRACTION SEED ATTACK: FedAvg, FedLNS() and the candidate in one LoRA cell.
+trio() {
+  lora_sweep "$@" --methods fedavg
+  lora_sweep "$@" "${shipped[@]}"
+  lora_sweep "$@" "${candidate[@]}"
+}
+
+for family in ${FAMILIES:-gpt llama}; do
+  for partition in iid noniid; do trio "$family" "$partition" 0.2 100 alie; done       # D1
+  for fraction in 0.4 0.2; do trio "$family" iid "$fraction" 100 minority_flip; done  # D2
+  trio "$family" iid 0.4 100 target_corruption                                        # D3
+  trio "$family" noniid 0.2 100 backdoor
+  for partition in iid noniid; do trio "$family" "$partition" 0 100 none; done        # D4
+done
