@@ -1,10 +1,9 @@
-"""The contested-round study (``docs/results/contested-reject``) as Markdown: ``FedLNS(cohort_contested="reject")``
-beside ``FedLNS()`` as it ships (a contested round held) and FedAvg in each cell, and the plan's criteria, each met or
-missed. Every run the study compares is in its own folder (made on one processor).
+"""The studies of open rounds as Markdown: ``FedLNS(cohort_contested="reject")`` (``docs/results/contested-reject``)
+or, with ``--strong-minority``, ``FedLNS(cohort_strong_minority="reject")`` (``docs/results/strong-minority``), beside
+``FedLNS()`` as it ships and FedAvg in each cell, and the plan's criteria, each met or missed. Every run a study
+compares is in its own folder (made on one processor).
 
-With ``--followup``, the plan's follow-up (BERT and the ``cpu`` preset): its two every-plan criteria.
-
-Usage: python scripts/contested_reject_table.py [--followup] STUDY [MORE...]
+Usage: python scripts/contested_reject_table.py [--strong-minority] STUDY [MORE...]
 """
 
 from __future__ import annotations
@@ -15,55 +14,72 @@ from cohort_vote_table import gather, worse  # scripts/, beside this one
 from lora_matrix_table import checklist, print_checks
 from placed_vote_table import SHIPPED, rejected, rows
 
-INTRO = 'FedLNS(): as\nit ships (a contested round held); {1}: `FedLNS(cohort_contested="reject")`.'
+#: Per study: the setting it changes, its value in FedLNS() as it ships, and the header's line under the table.
+STUDIES = {
+    "cohort_contested": (
+        "hold",
+        'FedLNS(): as\nit ships (a contested round held); {1}: `FedLNS(cohort_contested="reject")`.',
+    ),
+    "cohort_strong_minority": (
+        "support",
+        "FedLNS(): as\nit ships (a strong minority part of an open round left to the support rule); {1}:\n"
+        '`FedLNS(cohort_strong_minority="reject")`.',
+    ),
+}
 
 
 def shipped(run: dict) -> bool:
-    """FedAvg, clean FedAvg, and FedLNS() with today's defaults but for ``cohort_contested``."""
+    """FedAvg, clean FedAvg, and FedLNS() with today's defaults but for the settings these studies change."""
     config = run["config"]
     settled = config.get("cohort_vote") == "settled" and all(config.get(k) == v for k, v in SHIPPED.items())
     return run["method"] != "fedlns_default" or (settled and config.get("cohort_margin", 0.0) == 0.0)
 
 
-def table(cells: dict, followup: bool = False) -> dict[str, list[tuple[str, bool]]]:
-    """The plan's four criteria (with ``followup``, the follow-up's two: its every-plan criteria)."""
+def table(cells: dict, setting: str) -> dict[str, list[tuple[str, bool]]]:
+    """The plan's four criteria: the every-plan two, then ``agree_blend``'s cells within 1% of FedAvg
+    (``cohort_contested``) or no round of attackers only under ALIE (``cohort_strong_minority``), and the honest
+    updates rejected without attackers."""
     checks, add = checklist()
-    honest = {"hold": [0, 0], "reject": [0, 0]}  # criterion 4: honest updates rejected, of all, without attackers
-    within = {"hold": 0, "reject": 0}  # criterion 3: agree_blend cells within 1% of FedAvg
+    base, intro = STUDIES[setting]
+    honest = {base: [0, 0], "reject": [0, 0]}  # criterion 4: honest updates rejected, of all, without attackers
+    within = {base: 0, "reject": 0}  # cohort_contested's criterion 3: agree_blend cells within 1% of FedAvg
     names = ("FedLNS()", "reject")
     for name, key, ours, default, fedavg in rows(
-        cells, add, ("1", "2"), vote="reject", need_fedavg=False, base="hold", names=names, intro=INTRO
+        cells, add, ("1", "2"), vote="reject", need_fedavg=False, base=base, names=names, intro=intro
     ):
         fraction, attack = key[2], key[3]
         if fraction == 0:
-            for contested, run in (("hold", default), ("reject", ours)):
-                rejected(honest, contested, run)
-        if attack == "agree_blend" and fedavg is not None and not followup:
-            for contested, run in (("hold", default), ("reject", ours)):
-                within[contested] += worse(run, fedavg) <= 0.01
-    if followup:
-        return checks
-    add(
-        "3. agree_blend at 40%: within 1% of FedAvg (best checkpoint and last 10 rounds) in more cells than FedLNS()",
-        f"reject {within['reject']}, FedLNS() {within['hold']}",
-        within["reject"] > within["hold"],
-    )
-    (fp_hold, all_hold), (fp, total) = honest["hold"], honest["reject"]
+            for value, run in ((base, default), ("reject", ours)):
+                rejected(honest, value, run)
+        if setting == "cohort_contested" and attack == "agree_blend" and fedavg is not None:
+            for value, run in ((base, default), ("reject", ours)):
+                within[value] += worse(run, fedavg) <= 0.01
+        if setting == "cohort_strong_minority" and attack == "alie":
+            only = ours["attackers_only_rounds"]
+            add("3. ALIE at 20%: no round of attackers only", f"{name}: {only or 'none'}", not only)
+    if setting == "cohort_contested":
+        add(
+            "3. agree_blend at 40%: within 1% of FedAvg (best checkpoint and last 10 rounds) in more cells than FedLNS()",
+            f"reject {within['reject']}, FedLNS() {within[base]}",
+            within["reject"] > within[base],
+        )
+    (fp_base, all_base), (fp, total) = honest[base], honest["reject"]
     add(
         "4. without attackers: no more honest updates rejected than FedLNS()",
-        f"reject {fp} of {total}, FedLNS() {fp_hold} of {all_hold}",
-        fp <= fp_hold,
+        f"reject {fp} of {total}, FedLNS() {fp_base} of {all_base}",
+        fp <= fp_base,
     )
     return checks
 
 
 def main(argv: list[str]) -> int:
-    followup = argv[:1] == ["--followup"]
-    argv = argv[1:] if followup else argv
+    setting = "cohort_strong_minority" if argv[:1] == ["--strong-minority"] else "cohort_contested"
+    argv = argv[1:] if setting == "cohort_strong_minority" else argv
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    checks = table(gather(argv, setting="cohort_contested", default="hold", keep=shipped), followup)
+    cells = gather(argv, setting=setting, default=STUDIES[setting][0], keep=shipped)
+    checks = table(cells, setting)
     print("\n## The plan's criteria\n")
     print_checks(dict(sorted(checks.items())))
     return 0

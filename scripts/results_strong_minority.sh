@@ -7,7 +7,8 @@
 #
 # Usage: bash scripts/results_strong_minority.sh [RUNS_DIR]   (default runs/strong-minority)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), FAMILIES (default "gpt llama", one family
-# a sweep to split it).
+# a sweep to split it; under PART=followup the default is "gpt llama bert", bert its BERT cells), PART (default: the
+# plan; followup: its follow-up).
 set -euo pipefail
 runs="${1:-runs/strong-minority}"
 # shellcheck source=scripts/lora_cells.sh
@@ -22,6 +23,21 @@ trio() {
   lora_sweep "$@" "${candidate[@]}"
 }
 
+if [ "$part" = followup ]; then  # PLAN.md's follow-up: seed 300 (E1) and BERT (E2)
+  for family in ${FAMILIES:-gpt llama bert}; do
+    if [ "$family" = bert ]; then
+      trio bert iid 0.2 100 alie
+      trio bert iid 0.4 100 minority_flip
+      trio bert iid 0.4 100 target_corruption
+      trio bert iid 0 100 none
+      continue
+    fi
+    for partition in iid noniid; do trio "$family" "$partition" 0.2 300 alie; done
+    for fraction in 0.4 0.2; do trio "$family" iid "$fraction" 300 minority_flip; done
+    for partition in iid noniid; do trio "$family" "$partition" 0 300 none; done
+  done
+  exit 0
+fi
 for family in ${FAMILIES:-gpt llama}; do
   for partition in iid noniid; do trio "$family" "$partition" 0.2 100 alie; done       # D1
   for fraction in 0.4 0.2; do trio "$family" iid "$fraction" 100 minority_flip; done  # D2
