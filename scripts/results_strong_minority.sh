@@ -8,7 +8,7 @@
 # Usage: bash scripts/results_strong_minority.sh [RUNS_DIR]   (default runs/strong-minority)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), FAMILIES (default "gpt llama", one family
 # a sweep to split it; under PART=followup the default is "gpt llama bert", bert its BERT cells), PART (default: the
-# plan; followup: its follow-up).
+# plan; followup: its follow-up; shipped: minority_flip against FedLNS() at seeds 200 and 300).
 set -euo pipefail
 runs="${1:-runs/strong-minority}"
 # shellcheck source=scripts/lora_cells.sh
@@ -23,6 +23,15 @@ trio() {
   lora_sweep "$@" "${candidate[@]}"
 }
 
+if [ "$part" = shipped ]; then  # minority_flip against FedLNS() as it ships at two more seeds (README, after the verdict)
+  for family in ${FAMILIES:-gpt llama}; do
+    for seed in 200 300; do
+      lora_sweep "$family" iid 0.4 "$seed" minority_flip --methods fedavg
+      lora_sweep "$family" iid 0.4 "$seed" minority_flip "${shipped[@]}"
+    done
+  done
+  exit 0
+fi
 if [ "$part" = followup ]; then  # PLAN.md's follow-up: seed 300 (E1) and BERT (E2)
   for family in ${FAMILIES:-gpt llama bert}; do
     if [ "$family" = bert ]; then
