@@ -3,14 +3,18 @@ or, with ``--strong-minority``, ``FedLNS(cohort_strong_minority="reject")`` (``d
 ``FedLNS()`` as it ships and FedAvg in each cell, and the plan's criteria, each met or missed. Every run a study
 compares is in its own folder (made on one processor).
 
-Usage: python scripts/contested_reject_table.py [--strong-minority] STUDY [MORE...]
+With ``--shipped``, ``FedLNS()`` as it ships beside FedAvg in each cell (``docs/results/strong-minority/shipped``:
+``minority_flip`` at more seeds).
+
+Usage: python scripts/contested_reject_table.py [--strong-minority | --shipped] STUDY [MORE...]
 """
 
 from __future__ import annotations
 
 import sys
 
-from cohort_vote_table import gather, worse  # scripts/, beside this one
+from cohort_vote_table import gather, rates, text, worse  # scripts/, beside this one
+from cohort_weight_table import only
 from lora_matrix_table import checklist, print_checks
 from placed_vote_table import SHIPPED, rejected, rows
 
@@ -72,12 +76,32 @@ def table(cells: dict, setting: str) -> dict[str, list[tuple[str, bool]]]:
     return checks
 
 
+def against_fedavg(cells: dict) -> None:
+    """``FedLNS()`` as it ships beside FedAvg, one row per cell that has both."""
+    print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only.\n")
+    print("| seed | family | partition | malicious | attack | FedAvg | FedLNS() | vs FedAvg | TPR / FPR | attackers only |")
+    print("|---:|---|---|---:|---|---:|---:|---:|---:|---|")
+    for key in sorted(cells, key=lambda k: (k[4], k[0], k[1], -k[2], k[3])):
+        family, partition, fraction, attack, seed = key
+        ours, fedavg = cells[key].get("support"), cells[key].get("fedavg")
+        if ours is None or fedavg is None:
+            continue
+        print(
+            f"| {seed} | {family} | {partition} | {fraction:.0%} | {attack} | {text(fedavg)} | {text(ours)} | "
+            f"{worse(ours, fedavg):+.1%} | {rates(ours)} | {only(ours)} |"
+        )
+
+
 def main(argv: list[str]) -> int:
-    setting = "cohort_strong_minority" if argv[:1] == ["--strong-minority"] else "cohort_contested"
-    argv = argv[1:] if setting == "cohort_strong_minority" else argv
+    option = argv[0] if argv[:1] in (["--strong-minority"], ["--shipped"]) else None
+    setting = "cohort_contested" if option is None else "cohort_strong_minority"
+    argv = argv[1:] if option else argv
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
+    if option == "--shipped":
+        against_fedavg(gather(argv, setting=setting, default=STUDIES[setting][0], keep=shipped))
+        return 0
     cells = gather(argv, setting=setting, default=STUDIES[setting][0], keep=shipped)
     checks = table(cells, setting)
     print("\n## The plan's criteria\n")
