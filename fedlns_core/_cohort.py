@@ -561,6 +561,7 @@ def cohort_rule(
     margin: float = 0.0,
     contested_round: str = "hold",
     strong_minority: str = "support",
+    open_round_rule: str = "support",
     decide: bool = True,
     bank_sketches: np.ndarray | None = None,
 ) -> CohortOutcome:
@@ -615,6 +616,9 @@ def cohort_rule(
         What a round ``undecided="hold_contested"`` hands to the support rule does where its coherent part agrees at
         least ``STRONG_CUT`` but holds less than half of it: go to the support rule, or reject that part
         (``FedLNS(cohort_strong_minority=...)``).
+    open_round_rule : {"support", "keep"}, default="support"
+        What a round ``undecided="hold_contested"`` hands to the support rule does otherwise: go to it, or be kept
+        whole (``FedLNS(cohort_open=...)``).
     bank_sketches : (B, k), optional
         The bank's update sketches (rows as ``stamps``); ``undecided="adaptive"`` needs them.
     dimension : int, optional
@@ -751,4 +755,6 @@ def cohort_rule(
         loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
     to_support = open_round and undecided in ("support", "hold_contested") and not held and rejected_part is None
+    if to_support and undecided == "hold_contested" and open_round_rule == "keep":
+        to_support = False  # kept whole: every reason but the loud test's is empty
     return CohortOutcome(retained, tuple(reasons), support, graph, loud_threshold, to_support)

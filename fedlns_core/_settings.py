@@ -114,6 +114,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "cohort_margin": [Interval("real", 0, 1, closed="both")],
     "cohort_contested": [Options(("hold", "reject"))],
     "cohort_strong_minority": [Options(("support", "reject"))],
+    "cohort_open": [Options(("support", "keep"))],
     "quorum": [Interval("real", 0, 1, closed="both")],
     "sketch_dim": [Interval("int", 16)],
     "clip": [Options(("median",)), None],

@@ -759,6 +759,31 @@ def test_cohort_strong_minority_reject_rejects_a_strong_part_of_less_than_half_t
 
 
 @pytest.mark.parametrize("drift", [False, True])
+def test_cohort_open_keep_keeps_whole_an_open_round_the_support_rule_would_decide(drift, tmp_path):
+    """``cohort_open="keep"``: an open round of four attackers (0.8) against six honest clients, not contested, is
+    kept whole where the history drifts (``"adaptive"`` acts as ``"hold_contested"``) and decided by the support
+    rule where it agrees across rounds, as under the default; a contested round (six attackers) is still held. The
+    setting is saved and loaded."""
+    results = {}
+    for n_attack in (4, 6):
+        global_params, rounds = _undecided_rounds(6, n_attack, 2.0, drift=drift)
+        for rule in ("support", "keep"):
+            screener = FedLNS(activation_threshold=30, random_state=0, cohort_open=rule)
+            for clients in rounds:
+                results[n_attack, rule] = screener.screen(global_params, clients, {i: 10 for i in clients})
+    kept, default = results[4, "keep"], results[4, "support"]
+    assert kept.active and default.rejected  # the support rule rejects someone in both histories
+    if drift:
+        assert set(kept.retained) == set(range(10)) and not kept.rejected
+    else:
+        assert kept.retained == default.retained and kept.rejected.keys() == default.rejected.keys()
+    assert results[6, "keep"].retained == results[6, "support"].retained
+    assert (not results[6, "keep"].retained) == drift  # held where the history drifts
+    FedLNS(cohort_open="keep").save(tmp_path / "screener.npz")
+    assert FedLNS.load(tmp_path / "screener.npz").cohort_open == "keep" and FedLNS().cohort_open == "support"
+
+
+@pytest.mark.parametrize("drift", [False, True])
 def test_adaptive_holds_a_contested_round_only_where_updates_drift_across_rounds(drift):
     """``cohort_undecided="adaptive"``: a round the attackers hold (6 of 10, agreeing at 0.8) that no cohort can
     decide goes to the support rule where honest updates share their direction across rounds, and is held as under

@@ -79,6 +79,7 @@ def test_mixture_solvers_and_cohort_options_are_the_cores():
     from fedlns_sim.config import (
         COHORT_CONTESTED,
         COHORT_CUTS,
+        COHORT_OPEN,
         COHORT_STRONG_MINORITY,
         COHORT_UNDECIDED,
         COHORT_VOTES,
@@ -90,7 +91,7 @@ def test_mixture_solvers_and_cohort_options_are_the_cores():
     assert COHORT_CUTS == options("cohort_cut") and COHORT_VOTES == options("cohort_vote")
     assert COHORT_WEIGHTS == options("cohort_weight")
     assert COHORT_UNDECIDED == options("cohort_undecided") and COHORT_CONTESTED == options("cohort_contested")
-    assert COHORT_STRONG_MINORITY == options("cohort_strong_minority")
+    assert COHORT_STRONG_MINORITY == options("cohort_strong_minority") and COHORT_OPEN == options("cohort_open")
 
 
 def test_runs_made_before_the_cohort_rule_keep_their_rule_and_their_name():

@@ -189,6 +189,14 @@ def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch)
     assert set(minorities) == {"reject"}
     with pytest.raises(ValueError, match="minority=C"):
         replay(recorded_cohort, "cohort:minority=keep")
+    opens = []
+    monkeypatch.setattr(
+        replay_module, "cohort_rule", lambda *a, **k: opens.append(k["open_round_rule"]) or rule(*a, **k)
+    )
+    replay(recorded_cohort, "cohort:open=keep")
+    assert set(opens) == {"keep"}
+    with pytest.raises(ValueError, match="open=C"):
+        replay(recorded_cohort, "cohort:open=hold")
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):

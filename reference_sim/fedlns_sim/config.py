@@ -100,6 +100,7 @@ COHORT_WEIGHTS = ("unit", "coherence", "agreeing")
 COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "adaptive")
 COHORT_CONTESTED = ("hold", "reject")
 COHORT_STRONG_MINORITY = ("support", "reject")
+COHORT_OPEN = ("support", "keep")
 
 
 #: The server's settings that an attack written against them reads, whatever the method: they name its runs.
@@ -122,6 +123,7 @@ DEFAULT_METHOD_KEYS = (
     "cohort_margin",
     "cohort_contested",
     "cohort_strong_minority",
+    "cohort_open",
     "quorum",
 )
 #: Of those, the ones a run of another method may not change (the others keep their archived values: LEGACY).
@@ -131,6 +133,7 @@ DEFAULT_METHOD_ONLY = (
     "cohort_margin",
     "cohort_contested",
     "cohort_strong_minority",
+    "cohort_open",
     "quorum",
 )
 
@@ -252,6 +255,7 @@ class Config:
     cohort_contested: str = "hold"  # fedlns_default's FedLNS(cohort_contested=...): hold (its default) | reject
     cohort_strong_minority: str = "support"  # fedlns_default's FedLNS(cohort_strong_minority=...): support (its
     # default) | reject
+    cohort_open: str = "support"  # fedlns_default's FedLNS(cohort_open=...): support (its default) | keep
     quorum: float = 0.0  # fedlns_default's FedLNS(quorum=...): 0 (its default, off) | a share in (0, 1]
 
     @property
@@ -377,6 +381,7 @@ class Config:
                 self.cohort_strong_minority in COHORT_STRONG_MINORITY,
                 f"cohort_strong_minority must be one of {COHORT_STRONG_MINORITY}, got {self.cohort_strong_minority!r}",
             ),
+            (self.cohort_open in COHORT_OPEN, f"cohort_open must be one of {COHORT_OPEN}, got {self.cohort_open!r}"),
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",

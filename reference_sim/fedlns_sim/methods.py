@@ -58,6 +58,7 @@ def make_screener(config):
             cohort_margin=config.cohort_margin,
             cohort_contested=config.cohort_contested,
             cohort_strong_minority=config.cohort_strong_minority,
+            cohort_open=config.cohort_open,
             quorum=config.quorum,
             clip=None if config.default_clip == "none" else "median",
             warmup=config.default_warmup,

@@ -27,8 +27,9 @@ run's own: a check, it must reproduce the recorded decisions):
                    ``cohort_undecided=C`` (``keep``, ``hold``, ``deviation``, ``hold_contested`` or ``adaptive``;
                    ``support`` is the run's fallback below) or ``cohort_weight=C`` (``unit``, ``coherence`` or
                    ``agreeing``) instead of the run's own, or ``margin=M`` (``cohort_margin``) or ``contested=C``
-                   (``cohort_contested``: ``hold`` or ``reject``) or ``minority=C`` (``cohort_strong_minority``:
-                   ``support`` or ``reject``); several joined by ``+``
+                   (``cohort_contested``: ``hold`` or ``reject``), ``minority=C`` (``cohort_strong_minority``:
+                   ``support`` or ``reject``) or ``open=C`` (``cohort_open``: ``support`` or ``keep``); several
+                   joined by ``+``
                    (``cohort:agreeing+hold_contested``, ``cohort:settled+margin=0.5``, ``cohort:contested=reject``)
 ``support``        the default before it: groups of the recent bank entries' sketches
 ``round_first:T``  the round is first cut in two by its own cosines; the part with the lower mean support (cosine
@@ -173,20 +174,24 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     margins = [a for a in chosen if a.startswith("margin=")]
     contesteds = [a.partition("=")[2] for a in chosen if a.startswith("contested=")]
     minorities = [a.partition("=")[2] for a in chosen if a.startswith("minority=")]
-    chosen = [a for a in chosen if a not in margins and not a.startswith(("contested=", "minority="))]
+    opens = [a.partition("=")[2] for a in chosen if a.startswith("open=")]
+    chosen = [a for a in chosen if a not in margins and not a.startswith(("contested=", "minority=", "open="))]
     if (
         any(a not in (*cuts, *votes, *undecided, *weights) for a in chosen)
         or len(margins) > 1
         or len(contesteds) > 1
         or len(minorities) > 1
+        or len(opens) > 1
+        or any(c not in options("cohort_open") for c in opens)
         or any(c not in options("cohort_contested") for c in contesteds)
         or any(c not in options("cohort_strong_minority") for c in minorities)
     ):
         known = ", ".join(cuts + votes + undecided + weights)
         raise ValueError(
             f"unknown variant {variant!r}: cohort:C takes one or more (joined by +) of {known}, margin=M once, "
-            f"contested=C ({' or '.join(options('cohort_contested'))}) once and minority=C "
-            f"({' or '.join(options('cohort_strong_minority'))}) once"
+            f"contested=C ({' or '.join(options('cohort_contested'))}) once, minority=C "
+            f"({' or '.join(options('cohort_strong_minority'))}) once and open=C "
+            f"({' or '.join(options('cohort_open'))}) once"
         )
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
@@ -238,6 +243,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 margin=float(margins[0].partition("=")[2]) if margins else screener.cohort_margin,
                 contested_round=contesteds[0] if contesteds else screener.cohort_contested,
                 strong_minority=minorities[0] if minorities else screener.cohort_strong_minority,
+                open_round_rule=opens[0] if opens else screener.cohort_open,
                 decide=bool(record.get("active")),
                 bank_sketches=bank_sketches,
             )
