@@ -464,10 +464,10 @@ class FedLNS:
         ``"cohort"`` only, under ``cohort_undecided="hold_contested"`` (and ``"adaptive"`` where it acts as it): what a
         round that falls into parts apart does while no cohort of the history holds more than half of the bank's ids,
         where it is not contested and ``cohort_strong_minority`` does not reject a part. ``"support"`` (the default):
-        the support rule decides. ``"keep"`` (a candidate): everyone is kept, as FedAvg would; in the LoRA scenario the
-        support rule reads a drifting history, where the one group that agrees across rounds is the attackers'
-        (``minority_flip``, which keeps the history from settling, puts ``"support"`` 3.7-8.9% above FedAvg at 40%,
-        ``docs/results/strong-minority``).
+        the support rule decides. ``"keep"``: everyone is kept, as FedAvg would (in the LoRA scenario the support rule
+        reads a drifting history, where the one group that agrees across rounds is the attackers'). Measured
+        (``docs/results/open-keep``): no round of attackers only under ALIE at 20% where ``"support"`` has three, but
+        4.6% behind it under ``minority_flip`` on GPT at 40%, with a round of attackers only: not recommended.
     quorum : float in [0, 1], default=0.0
         Every retain rule: a screened round whose kept clients are fewer than this share of its screened clients is
         held, nobody aggregated (``ScreeningResult.held``). A screen that rejects most of a round contradicts the
