@@ -57,3 +57,12 @@ seed_cells() {
     cell llama noniid 0.2 "$seed" alie
   fi
 }
+
+# FedLNS() as it ships (the settled vote, over common's pin of the round vote) and trio FAMILY PARTITION FRACTION SEED
+# ATTACK: FedAvg, it and the sourcing script's candidate (its `candidate` array) in one cell.
+shipped=(--methods fedlns_default --set cohort_vote=settled)
+trio() {
+  lora_sweep "$@" --methods fedavg
+  lora_sweep "$@" "${shipped[@]}"
+  lora_sweep "$@" "${candidate[@]}"
+}

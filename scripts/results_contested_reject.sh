@@ -12,15 +12,7 @@ set -euo pipefail
 runs="${1:-runs/contested-reject}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
-shipped=(--methods fedlns_default --set cohort_vote=settled)  # FedLNS() as it ships (lora_cells.sh pins the round vote)
 candidate=("${shipped[@]}" --set cohort_contested=reject)
-
-# trio FAMILY PARTITION FRACTION SEED ATTACK: FedAvg, FedLNS() and the candidate in one LoRA cell.
-trio() {
-  lora_sweep "$@" --methods fedavg
-  lora_sweep "$@" "${shipped[@]}"
-  lora_sweep "$@" "${candidate[@]}"
-}
 
 if [ "$part" = followup ]; then  # PLAN.md's follow-up: BERT (F1) and the cpu preset (F2)
   trio bert iid 0.4 300 agree_blend

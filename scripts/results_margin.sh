@@ -12,7 +12,6 @@ set -euo pipefail
 runs="${1:-runs/margin}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
-shipped=(--methods fedlns_default --set cohort_vote=settled)  # FedLNS() as it ships (lora_cells.sh pins the round vote)
 margin=(--set cohort_margin=0.5)  # the candidate's setting; FedAvg's too under margin_blend, which reads it
 candidate=("${shipped[@]}" "${margin[@]}")
 if [ "$part" = followup ]; then  # PLAN.md's follow-up: margin_blend (N1), seed 300 without attackers (N2)

@@ -11,7 +11,6 @@ set -euo pipefail
 runs="${1:-runs/open-keep}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
-shipped=(--methods fedlns_default --set cohort_vote=settled)  # FedLNS() as it ships (lora_cells.sh pins the round vote)
 candidate=("${shipped[@]}" --set cohort_open=keep)
 for family in ${FAMILIES:-gpt llama}; do
   for partition in iid noniid; do lora_sweep "$family" "$partition" 0.2 100 alie "${candidate[@]}"; done  # K1

@@ -13,15 +13,7 @@ set -euo pipefail
 runs="${1:-runs/strong-minority}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
-shipped=(--methods fedlns_default --set cohort_vote=settled)  # FedLNS() as it ships (lora_cells.sh pins the round vote)
 candidate=("${shipped[@]}" --set cohort_strong_minority=reject)
-
-# trio FAMILY PARTITION FRACTION SEED ATTACK: FedAvg, FedLNS() and the candidate in one LoRA cell.
-trio() {
-  lora_sweep "$@" --methods fedavg
-  lora_sweep "$@" "${shipped[@]}"
-  lora_sweep "$@" "${candidate[@]}"
-}
 
 if [ "$part" = shipped ]; then  # minority_flip against FedLNS() as it ships at two more seeds (README, after the verdict)
   for family in ${FAMILIES:-gpt llama}; do

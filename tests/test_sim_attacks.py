@@ -720,7 +720,7 @@ def test_minority_flip_makes_a_few_honest_clients_and_a_cover_a_strong_minority_
     assert all(sent[c] is clients[c] for c in range(6))
     attack = make_attack("minority_flip", TOKENIZER, _config())
     weak = WeakCore.lean(attack, attack.weak(honest, _rows(clients, malicious), np.random.default_rng(0)), honest)
-    chosen, covers = MinorityFlip.flip(honest, weak)
+    chosen, covers = MinorityFlip.minority(honest, weak)
     assert chosen.tolist() == [2, 5] and covers == 1  # the two closest to the honest mean
     np.testing.assert_allclose(_rows(sent, [6]), ContestFlip.cover(honest[chosen], 1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(_rows(sent, [7, 8, 9]), weak[1:], rtol=1e-5, atol=1e-6)

@@ -173,30 +173,19 @@ def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch)
         assert set(any_vote["kept"]) <= set(mine["kept"])
     with pytest.raises(ValueError, match="margin=M once"):
         replay(recorded_cohort, "cohort:margin=0.5+margin=1")
-    contests = []
-    monkeypatch.setattr(
-        replay_module, "cohort_rule", lambda *a, **k: contests.append(k["contested_round"]) or rule(*a, **k)
-    )
-    replay(recorded_cohort, "cohort:contested=reject")
-    assert set(contests) == {"reject"}
-    with pytest.raises(ValueError, match="contested=C"):
-        replay(recorded_cohort, "cohort:contested=drop")
-    minorities = []
-    monkeypatch.setattr(
-        replay_module, "cohort_rule", lambda *a, **k: minorities.append(k["strong_minority"]) or rule(*a, **k)
-    )
-    replay(recorded_cohort, "cohort:minority=reject")
-    assert set(minorities) == {"reject"}
-    with pytest.raises(ValueError, match="minority=C"):
-        replay(recorded_cohort, "cohort:minority=keep")
-    opens = []
-    monkeypatch.setattr(
-        replay_module, "cohort_rule", lambda *a, **k: opens.append(k["open_round_rule"]) or rule(*a, **k)
-    )
-    replay(recorded_cohort, "cohort:open=keep")
-    assert set(opens) == {"keep"}
-    with pytest.raises(ValueError, match="open=C"):
-        replay(recorded_cohort, "cohort:open=hold")
+    for argument, option, value, unknown in (
+        ("contested_round", "contested", "reject", "drop"),
+        ("strong_minority", "minority", "reject", "keep"),
+        ("open_round_rule", "open", "keep", "hold"),
+    ):  # the settings a variant names by OPTION=VALUE reach the rule; an unknown value is an error
+        seen = []
+        monkeypatch.setattr(
+            replay_module, "cohort_rule", lambda *a, key=argument, **k: seen.append(k[key]) or rule(*a, **k)
+        )
+        replay(recorded_cohort, f"cohort:{option}={value}")
+        assert set(seen) == {value}
+        with pytest.raises(ValueError, match=f"{option}=C"):
+            replay(recorded_cohort, f"cohort:{option}={unknown}")
 
 
 def test_support_replay_reproduces_every_recorded_decision(recorded_default):

@@ -1081,18 +1081,24 @@ class ContestFlip(AgreeBlend):
     that the history stays without a majority cohort."""
 
     name = "contest_flip"
+    least_benign = 2  # fewer benign clients in the round: agree_blend's
 
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
         benign = [c for c in client_params if c not in malicious]
-        if len(malicious) < 2 or len(benign) < 2:
-            return super().craft(global_params, client_params, malicious, norm_keys, rng)
+        if len(malicious) < 2 or len(benign) < self.least_benign:
+            return AgreeBlend.craft(self, global_params, client_params, malicious, norm_keys, rng)
         keys = sorted(global_params)
         honest = _stacked(global_params, client_params, benign, keys)
-        poisoned = _stacked(global_params, client_params, malicious, keys)
+        sent = self.flipped(honest, _stacked(global_params, client_params, malicious, keys), rng)
+        if sent is None:
+            return AgreeBlend.craft(self, global_params, client_params, malicious, norm_keys, rng)
+        return _sending(global_params, client_params, malicious[: len(sent)], sent, keys)
+
+    def flipped(self, honest: np.ndarray, poisoned: np.ndarray, rng) -> np.ndarray | None:
+        """The rows the first attackers send (the others send what they trained), or None for ``agree_blend``'s
+        round: here the cover."""
         covers = self.flip(honest, poisoned)
-        if covers is None:
-            return super().craft(global_params, client_params, malicious, norm_keys, rng)
-        return _sending(global_params, client_params, malicious[:covers], self.cover(honest, covers), keys)
+        return None if covers is None else self.cover(honest, covers)
 
     @staticmethod
     def cover(honest: np.ndarray, count: int) -> np.ndarray:
@@ -1123,7 +1129,7 @@ class ContestFlip(AgreeBlend):
         return None
 
 
-class MinorityFlip(AgreeBlend):
+class MinorityFlip(ContestFlip):
     """``agree_blend``, except in a round where the attackers can make a few honest clients a strong minority part:
     there the fewest attackers that do it (the cover) send the mean update of the honest clients closest to the
     honest mean (as many as it takes, the most of them first) at the benign median norm, and the others
@@ -1137,25 +1143,21 @@ class MinorityFlip(AgreeBlend):
     the others. Rounds where no cover does it are ``agree_blend``'s."""
 
     name = "minority_flip"
+    least_benign = 3
 
-    def craft(self, global_params, client_params, malicious, norm_keys, rng):
-        benign = [c for c in client_params if c not in malicious]
-        if len(malicious) < 2 or len(benign) < 3:
-            return super().craft(global_params, client_params, malicious, norm_keys, rng)
-        keys = sorted(global_params)
-        honest = _stacked(global_params, client_params, benign, keys)
-        poisoned = _stacked(global_params, client_params, malicious, keys)
+    def flipped(self, honest, poisoned, rng):
+        """Every attacker's row: the cover and ``weak_core``'s rows, or where no cover does it ``agree_blend``'s
+        rows from the same draws."""
         crafted = self.weak(honest, poisoned, rng)
         weak = WeakCore.lean(self, crafted, honest)
-        found = self.flip(honest, weak)
-        if found is None:  # agree_blend's rows, from the same draws
-            return _sending(global_params, client_params, malicious, self.lean(crafted, honest), keys)
+        found = self.minority(honest, weak)
+        if found is None:
+            return self.lean(crafted, honest)
         chosen, covers = found
-        rows = np.vstack([ContestFlip.cover(honest[chosen], covers), weak[covers:]])
-        return _sending(global_params, client_params, malicious, rows, keys)
+        return np.vstack([self.cover(honest[chosen], covers), weak[covers:]])
 
     @staticmethod
-    def flip(honest: np.ndarray, poisoned: np.ndarray) -> tuple[np.ndarray, int] | None:
+    def minority(honest: np.ndarray, poisoned: np.ndarray) -> tuple[np.ndarray, int] | None:
         """(the honest clients chosen, the cover count): the fewest cover rows (in place of the first of
         ``poisoned``), and with them the most honest clients closest to the honest mean, with which the round's cut
         has those clients and the cover as a strong core of less than half of the round and every other client
