@@ -78,7 +78,9 @@ def test_batched_sketches_are_each_clients_own_across_chunks_and_threads():
                                  for k in sorted(g)])
         signed = np.pad(update * signs[:update.size], (0, -update.size % 64))
         assert np.allclose(one, signed.reshape(-1, 64).sum(axis=0), rtol=1e-5, atol=1e-3)   # float32 fold
-        assert norm == pytest.approx(np.linalg.norm(update), rel=1e-6)
+        # the squares are summed in the parameters' float32 by BLAS, whose order (and so the last digits) depends on
+        # the processor: 1.06e-6 off on an AMD EPYC, within 1e-6 on an Intel Xeon
+        assert norm == pytest.approx(np.linalg.norm(update), rel=1e-5)
 
 
 def test_population_groups_need_a_majority_and_a_real_separation():
