@@ -8,16 +8,18 @@
 # Usage: bash scripts/results_strong_minority.sh [RUNS_DIR]   (default runs/strong-minority)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), FAMILIES (default "gpt llama", one family
 # a sweep to split it; under PART=followup the default is "gpt llama bert", bert its BERT cells), PART (default: the
-# plan; followup: its follow-up; shipped: minority_flip against FedLNS() at seeds 200 and 300).
+# plan; followup: its follow-up; shipped: minority_flip against FedLNS() at seeds 200 and 300, and BERT at 100).
 set -euo pipefail
 runs="${1:-runs/strong-minority}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
 candidate=("${shipped[@]}" --set cohort_strong_minority=reject)
 
-if [ "$part" = shipped ]; then  # minority_flip against FedLNS() as it ships at two more seeds (README, after the verdict)
-  for family in ${FAMILIES:-gpt llama}; do
-    for seed in 200 300; do
+if [ "$part" = shipped ]; then  # minority_flip against FedLNS() as it ships at two more seeds, and on BERT (README)
+  for family in ${FAMILIES:-gpt llama bert}; do
+    seeds="200 300"
+    [ "$family" = bert ] && seeds=100
+    for seed in $seeds; do
       lora_sweep "$family" iid 0.4 "$seed" minority_flip --methods fedavg
       lora_sweep "$family" iid 0.4 "$seed" minority_flip "${shipped[@]}"
     done
