@@ -674,31 +674,24 @@ def cohort_rule(
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]
         out = voted_out(votes, [int(mask.sum()) for mask in members], margin)
         where = CENTERED_REASON if centered else "in the part of the round apart from the rest"
+        # undecided="hold_contested": an open round whose coherent part agrees strongly, contested where it holds at
+        # least half of the round (cohort_contested says what then), else a strong minority (cohort_strong_minority)
+        strong_open = undecided == "hold_contested" and open_round and cut.within >= STRONG_CUT
+        is_contested = strong_open and contested(cut, n)
         why = ""
         if undecided == "hold" and open_round:
             held = "no cohort of the history holds more than half of the bank's ids to tell which is honest"
-        elif undecided == "hold_contested" and open_round and contested(cut, n) and contested_round == "reject":
+        elif strong_open and (contested_round if is_contested else strong_minority) == "reject":
             rejected_part = cut.first
             why = (
-                f"and the coherent one, holding {int(cut.first.sum())} of its {n} clients, where no cohort of the "
-                f"history holds more than half of the bank's ids to tell which is honest{drifting}"
+                f"and the coherent one, {'' if is_contested else 'agreeing strongly and '}holding "
+                f"{int(cut.first.sum())} of its {n} clients, where no cohort of the history holds more than half of "
+                f"the bank's ids to tell which is honest{drifting}"
             )
-        elif undecided == "hold_contested" and open_round and contested(cut, n):
+        elif is_contested:
             held = (
                 f"its coherent part ({int(cut.first.sum())} of {n}) holds at least half of it and no cohort of the "
                 "history holds more than half of the bank's ids to tell which is honest"
-            )
-        elif (
-            undecided == "hold_contested"
-            and open_round
-            and strong_minority == "reject"
-            and cut.within >= STRONG_CUT
-            and not contested(cut, n)
-        ):
-            rejected_part = cut.first
-            why = (
-                f"and the coherent one, agreeing strongly and holding {int(cut.first.sum())} of its {n} clients, where "
-                f"no cohort of the history holds more than half of the bank's ids to tell which is honest{drifting}"
             )
         elif undecided == "hold_contested" and max(votes) < 0:
             held = (
@@ -754,7 +747,7 @@ def cohort_rule(
     if decide:
         loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    to_support = open_round and undecided in ("support", "hold_contested") and not held and rejected_part is None
-    if to_support and undecided == "hold_contested" and open_round_rule == "keep":
-        to_support = False  # kept whole: every reason but the loud test's is empty
+    # an open round nothing above decided goes to the support rule, or with open_round_rule="keep" is kept whole
+    fallback = undecided == "support" or (undecided == "hold_contested" and open_round_rule == "support")
+    to_support = open_round and fallback and not held and rejected_part is None
     return CohortOutcome(retained, tuple(reasons), support, graph, loud_threshold, to_support)

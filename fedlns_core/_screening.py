@@ -1101,9 +1101,6 @@ class FedLNS:
             params.setdefault("cohort_contested", "hold")  # and a contested round held
             params.setdefault("cohort_strong_minority", "support")  # and an open round left to the support rule,
             params.setdefault("cohort_open", "support")  # its strong minority part or not
-            params.setdefault(
-                "cohort_strong_minority", "support"
-            )  # and a strong minority part left to the support rule
             if params.get("selector") is not None:
                 params["selector"] = _selector_from_config(params["selector"])
             params = validate_settings("screener state", params)

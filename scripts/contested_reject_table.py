@@ -20,23 +20,28 @@ from cohort_weight_table import only
 from lora_matrix_table import checklist, print_checks
 from placed_vote_table import SHIPPED, rejected, rows
 
-#: Per study: the setting it changes, its value in FedLNS() as it ships, and the header's line under the table.
-STUDIES: dict[str, tuple[str, str]] = {
+#: Per study: the setting it changes, its value in FedLNS() as it ships and in the candidate, and the header's line
+#: under the table.
+STUDIES: dict[str, tuple[str, str, str]] = {
     "cohort_contested": (
         "hold",
+        "reject",
         'FedLNS(): as\nit ships (a contested round held); {1}: `FedLNS(cohort_contested="reject")`.',
     ),
     "cohort_strong_minority": (
         "support",
+        "reject",
         "FedLNS(): as\nit ships (a strong minority part of an open round left to the support rule); {1}:\n"
         '`FedLNS(cohort_strong_minority="reject")`.',
     ),
     "cohort_open": (
         "support",
+        "keep",
         "FedLNS(): as\nit ships (an open round that is not contested left to the support rule); {1}:\n"
         '`FedLNS(cohort_open="keep")`.',
     ),
 }
+#: The command line's study options (none: cohort_contested); --shipped reads FedLNS() beside FedAvg.
 OPTIONS = {
     "--strong-minority": "cohort_strong_minority",
     "--open-keep": "cohort_open",
@@ -48,7 +53,7 @@ def shipped(run: dict, setting: str = "cohort_contested") -> bool:
     """FedAvg, clean FedAvg, and FedLNS() with today's defaults but for ``setting``."""
     config = run["config"]
     settled = config.get("cohort_vote") == "settled" and all(config.get(k) == v for k, v in SHIPPED.items())
-    others = all(config.get(k, base) == base for k, (base, _) in STUDIES.items() if k != setting)
+    others = all(config.get(k, base) == base for k, (base, _, _) in STUDIES.items() if k != setting)
     return run["method"] != "fedlns_default" or (settled and others and config.get("cohort_margin", 0.0) == 0.0)
 
 
@@ -57,8 +62,7 @@ def table(cells: dict, setting: str) -> dict[str, list[tuple[str, bool]]]:
     (``cohort_contested``) or no round of attackers only under ALIE (the others), and the honest updates rejected
     without attackers."""
     checks, add = checklist()
-    base, intro = STUDIES[setting]
-    value = "keep" if setting == "cohort_open" else "reject"  # the candidate's
+    base, value, intro = STUDIES[setting]
     honest = {base: [0, 0], value: [0, 0]}  # criterion 4: honest updates rejected, of all, without attackers
     within = {base: 0, value: 0}  # cohort_contested's criterion 3: agree_blend cells within 1% of FedAvg
     names = ("FedLNS()", value)

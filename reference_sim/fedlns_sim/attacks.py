@@ -306,6 +306,17 @@ def _stacked(global_params: dict, client_params: dict, ids, keys) -> np.ndarray:
     return np.stack([_flat(_updates(global_params, client_params[c]), keys) for c in ids])
 
 
+def _tree_cut(rows: np.ndarray):
+    """The server's cut of a round of flat updates (``fedlns_core._cohort.round_parts`` on their exact cosines, with
+    ``FedLNS()``'s separation): the tree's, whatever the server's ``cohort_cut``."""
+    from fedlns_core import FedLNS
+    from fedlns_core._cohort import round_parts
+    from fedlns_core._support import _unit
+
+    units = _unit(rows)
+    return round_parts(units @ units.T, separation=FedLNS().separation)
+
+
 def _sending(global_params: dict, client_params: dict, ids, rows, keys) -> dict:
     """``client_params`` with the models of ``ids`` replaced by the global model plus their flat update rows."""
     return {**client_params, **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(ids, rows)}}
@@ -860,17 +871,12 @@ class SideJoin(Sleeper):
     name = "side_join"
 
     def craft(self, global_params, client_params, malicious, norm_keys, rng):
-        from fedlns_core import FedLNS
-        from fedlns_core._cohort import round_parts
-        from fedlns_core._support import _unit
-
         benign = [c for c in client_params if c not in malicious]
         if self.round >= self.wake or not malicious or len(benign) < 3:
             return client_params
         keys = sorted(global_params)
         honest = _stacked(global_params, client_params, benign, keys)
-        units = _unit(honest)
-        parts = round_parts(units @ units.T, separation=FedLNS().separation)  # the tree's cut, whatever the setting
+        parts = _tree_cut(honest)
         if parts is None or not parts.apart:
             return client_params
         larger = parts.first if 2 * int(parts.first.sum()) >= len(benign) else ~parts.first
@@ -1112,16 +1118,12 @@ class ContestFlip(AgreeBlend):
         """The fewest cover rows (the first attackers') with which the round's cut is contested with the honest
         clients and the cover as its core and every other attacker outside it; None where no count below the
         attackers' does."""
-        from fedlns_core import FedLNS
-        from fedlns_core._cohort import contested, round_parts
-        from fedlns_core._support import _unit
+        from fedlns_core._cohort import contested
 
-        separation = FedLNS().separation
         n_honest = len(honest)
         for count in range(1, len(poisoned)):
             rows = np.vstack([honest, cls.cover(honest, count), poisoned[count:]])
-            units = _unit(rows)
-            parts = round_parts(units @ units.T, separation=separation)
+            parts = _tree_cut(rows)
             if parts is None or not parts.apart or not contested(parts, len(rows)):
                 continue
             if parts.first[: n_honest + count].all() and not parts.first[n_honest + count :].any():
@@ -1132,11 +1134,11 @@ class ContestFlip(AgreeBlend):
 class MinorityFlip(ContestFlip):
     """``agree_blend``, except in a round where the attackers can make a few honest clients a strong minority part:
     there the fewest attackers that do it (the cover) send the mean update of the honest clients closest to the
-    honest mean (as many as it takes, the most of them first) at the benign median norm, and the others
+    honest mean (as many as it takes, the most of them first) at those clients' median norm, and the others
     ``weak_core``'s rows (their mean corrupted update plus the least noise at which they agree no more than the honest
     clients, at the benign median norm), so that they form no core of their own. The server's cut
-    (``fedlns_core._cohort.round_parts`` with ``FedLNS()``'s
-    separation, on the updates' exact cosines) then has those honest clients and the cover as its core, agreeing at
+    (``fedlns_core._cohort.round_parts`` with ``FedLNS()``'s separation, on the updates' exact cosines) then has
+    those honest clients and the cover as its core, agreeing at
     least ``STRONG_CUT`` and holding less than half of the round, with the other honest clients and the corrupted
     attackers as the rest. White-box against ``FedLNS(cohort_strong_minority="reject")``, which rejects such a core
     in a round no cohort of the history decides: it rejects honest clients and keeps the corrupted attackers among
@@ -1162,11 +1164,9 @@ class MinorityFlip(ContestFlip):
         ``poisoned``), and with them the most honest clients closest to the honest mean, with which the round's cut
         has those clients and the cover as a strong core of less than half of the round and every other client
         outside it; None where none does."""
-        from fedlns_core import FedLNS
-        from fedlns_core._cohort import STRONG_CUT, contested, round_parts
+        from fedlns_core._cohort import STRONG_CUT, contested
         from fedlns_core._support import _unit
 
-        separation = FedLNS().separation
         units = _unit(honest)
         order = np.argsort(-(units @ _unit(honest.mean(axis=0)[None])[0]), kind="stable")
         n = len(honest) + len(poisoned)
@@ -1175,9 +1175,7 @@ class MinorityFlip(ContestFlip):
                 if 2 * (size + count) >= n:
                     continue  # contested, not a minority
                 chosen = np.sort(order[:size])
-                rows = np.vstack([honest, ContestFlip.cover(honest[chosen], count), poisoned[count:]])
-                rows_units = _unit(rows)
-                parts = round_parts(rows_units @ rows_units.T, separation=separation)
+                parts = _tree_cut(np.vstack([honest, ContestFlip.cover(honest[chosen], count), poisoned[count:]]))
                 if parts is None or not parts.apart or parts.within < STRONG_CUT or contested(parts, n):
                     continue
                 expected = np.zeros(n, dtype=bool)

@@ -101,6 +101,16 @@ COHORT_UNDECIDED = ("support", "keep", "hold", "deviation", "hold_contested", "a
 COHORT_CONTESTED = ("hold", "reject")
 COHORT_STRONG_MINORITY = ("support", "reject")
 COHORT_OPEN = ("support", "keep")
+#: The cohort rule's settings that take one of a few values, and those values (``Config.validate`` checks them).
+COHORT_OPTIONS = {
+    "cohort_undecided": COHORT_UNDECIDED,
+    "cohort_cut": COHORT_CUTS,
+    "cohort_vote": COHORT_VOTES,
+    "cohort_weight": COHORT_WEIGHTS,
+    "cohort_contested": COHORT_CONTESTED,
+    "cohort_strong_minority": COHORT_STRONG_MINORITY,
+    "cohort_open": COHORT_OPEN,
+}
 
 
 #: The server's settings that an attack written against them reads, whatever the method: they name its runs.
@@ -355,33 +365,12 @@ class Config:
                 self.default_rule in ("cohort", "support"),
                 f"default_rule must be cohort or support, got {self.default_rule!r}",
             ),
-            (
-                self.cohort_undecided in COHORT_UNDECIDED,
-                f"cohort_undecided must be one of {COHORT_UNDECIDED}, got {self.cohort_undecided!r}",
-            ),
-            (
-                self.cohort_cut in COHORT_CUTS,
-                f"cohort_cut must be one of {COHORT_CUTS}, got {self.cohort_cut!r}",
-            ),
-            (
-                self.cohort_vote in COHORT_VOTES,
-                f"cohort_vote must be one of {COHORT_VOTES}, got {self.cohort_vote!r}",
-            ),
-            (
-                self.cohort_weight in COHORT_WEIGHTS,
-                f"cohort_weight must be one of {COHORT_WEIGHTS}, got {self.cohort_weight!r}",
+            *(
+                (getattr(self, key) in options, f"{key} must be one of {options}, got {getattr(self, key)!r}")
+                for key, options in COHORT_OPTIONS.items()
             ),
             (0.0 <= self.quorum <= 1.0, f"quorum must be in [0, 1], got {self.quorum}"),
             (0.0 <= self.cohort_margin <= 1.0, f"cohort_margin must be in [0, 1], got {self.cohort_margin}"),
-            (
-                self.cohort_contested in COHORT_CONTESTED,
-                f"cohort_contested must be one of {COHORT_CONTESTED}, got {self.cohort_contested!r}",
-            ),
-            (
-                self.cohort_strong_minority in COHORT_STRONG_MINORITY,
-                f"cohort_strong_minority must be one of {COHORT_STRONG_MINORITY}, got {self.cohort_strong_minority!r}",
-            ),
-            (self.cohort_open in COHORT_OPEN, f"cohort_open must be one of {COHORT_OPEN}, got {self.cohort_open!r}"),
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",

@@ -161,6 +161,16 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
     return decisions
 
 
+#: The ``cohort:OPTION=VALUE`` variants: per OPTION, the ``FedLNS`` setting it replays at another value and the
+#: ``cohort_rule`` argument that takes it.
+NAMED_VARIANTS = {
+    "margin": ("cohort_margin", "margin"),
+    "contested": ("cohort_contested", "contested_round"),
+    "minority": ("cohort_strong_minority", "strong_minority"),
+    "open": ("cohort_open", "open_round_rule"),
+}
+
+
 def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     """Per screened round of a ``fedlns_default`` run: the clients ``FedLNS()``'s rule keeps, under ``variant``
     (``cohort``, ``support`` or ``round_first:T``), from its recorded signatures and update sketches."""
@@ -170,32 +180,34 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     name, _, argument = variant.partition(":")
     cuts, votes, undecided = options("cohort_cut"), options("cohort_vote"), options("cohort_undecided")
     weights = options("cohort_weight")
-    chosen = argument.split("+") if name == "cohort" and argument else []
-    margins = [a for a in chosen if a.startswith("margin=")]
-    contesteds = [a.partition("=")[2] for a in chosen if a.startswith("contested=")]
-    minorities = [a.partition("=")[2] for a in chosen if a.startswith("minority=")]
-    opens = [a.partition("=")[2] for a in chosen if a.startswith("open=")]
-    chosen = [a for a in chosen if a not in margins and not a.startswith(("contested=", "minority=", "open="))]
-    if (
-        any(a not in (*cuts, *votes, *undecided, *weights) for a in chosen)
-        or len(margins) > 1
-        or len(contesteds) > 1
-        or len(minorities) > 1
-        or len(opens) > 1
-        or any(c not in options("cohort_open") for c in opens)
-        or any(c not in options("cohort_contested") for c in contesteds)
-        or any(c not in options("cohort_strong_minority") for c in minorities)
-    ):
+    chosen: list[str] = []
+    named: dict[str, float | str] = {}  # OPTION -> VALUE of the cohort:OPTION=VALUE parts
+    unknown = False
+    for part in argument.split("+") if name == "cohort" and argument else []:
+        option, equals, value = part.partition("=")
+        if not equals:
+            chosen.append(part)
+        elif option not in NAMED_VARIANTS or option in named:
+            unknown = True
+        elif option == "margin":
+            named[option] = float(value)
+        else:
+            named[option] = value
+            unknown |= value not in options(NAMED_VARIANTS[option][0])
+    if unknown or any(a not in (*cuts, *votes, *undecided, *weights) for a in chosen):
         known = ", ".join(cuts + votes + undecided + weights)
-        raise ValueError(
-            f"unknown variant {variant!r}: cohort:C takes one or more (joined by +) of {known}, margin=M once, "
-            f"contested=C ({' or '.join(options('cohort_contested'))}) once, minority=C "
-            f"({' or '.join(options('cohort_strong_minority'))}) once and open=C "
-            f"({' or '.join(options('cohort_open'))}) once"
+        once = ", ".join(
+            f"{option}=M once" if option == "margin" else f"{option}=C ({' or '.join(options(setting))}) once"
+            for option, (setting, _) in NAMED_VARIANTS.items()
         )
+        raise ValueError(f"unknown variant {variant!r}: cohort:C takes one or more (joined by +) of {known}, {once}")
     if name not in ("cohort", "support", "round_first"):
         raise ValueError(f"unknown variant {variant!r} for a fedlns_default run; known: {', '.join(SUPPORT_VARIANTS)}")
     screener = make_screener(config_from_dict(_run_config(run_dir)))
+    named_args = {
+        parameter: named.get(option, getattr(screener, setting))
+        for option, (setting, parameter) in NAMED_VARIANTS.items()
+    }
     recent = max(screener.activation_threshold, 3)
     records = {r["round"]: r for r in read_records(run_dir)}
     attackers = {c for r in records.values() for c in r.get("malicious_sampled", [])}  # every id that ever attacked
@@ -240,10 +252,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
                 cohort_cut=_pick(chosen, cuts, screener.cohort_cut),
                 vote=_pick(chosen, votes, screener.cohort_vote),
                 weight=_pick(chosen, weights, screener.cohort_weight),
-                margin=float(margins[0].partition("=")[2]) if margins else screener.cohort_margin,
-                contested_round=contesteds[0] if contesteds else screener.cohort_contested,
-                strong_minority=minorities[0] if minorities else screener.cohort_strong_minority,
-                open_round_rule=opens[0] if opens else screener.cohort_open,
+                **named_args,
                 decide=bool(record.get("active")),
                 bank_sketches=bank_sketches,
             )
