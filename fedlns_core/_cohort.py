@@ -402,12 +402,13 @@ class CohortGraph:
         weights[np.ix_(known, known)] = self.weights[np.ix_(rows, rows)]
         return CohortGraph(ids, weights)
 
-    def sides(self) -> dict[ClientId, int]:
+    def sides(self, min_balance: float = 0.0) -> dict[ClientId, int]:
         """+1 for ids in the majority cohort, -1 in the minority, 0 unplaced (no edge, or outside the leading
         component). A side is the majority cohort only when it holds more than half of *all* the graph's ids
         (the bank's): ids are placed only by the rounds that split, which an attacker can choose (apart only
         where it holds the round), so a side that merely outnumbers the other among placed ids proves nothing.
-        Without such a side every id is 0."""
+        Without such a side every id is 0, and so it is where the split's :meth:`balance` is below
+        ``min_balance`` (``FedLNS(cohort_balance=...)``)."""
         unplaced = dict.fromkeys(self.ids, 0)
         if not len(self.ids) or not self.weights.any():
             return unplaced
@@ -418,7 +419,29 @@ class CohortGraph:
             side = -side
         elif not 2 * int((side > 0).sum()) > len(self.ids):
             return unplaced
+        if min_balance > 0 and self.balance(side) < min_balance:
+            return unplaced
         return {client_id: int(s) for client_id, s in zip(self.ids, side)}
+
+    def balance(self, side: np.ndarray) -> float:
+        """How far the graph's edges agree with a split of its ids (``side``: +1, -1, or 0 for an unplaced id):
+        ``sum w_ij s_i s_j / sum |w_ij|`` over the pairs of placed ids, the share of edge weight that agrees (a
+        positive edge within a side, a negative one across) less the share that does not; 1 for a graph of two
+        groups that every cut set apart, nan without an edge between placed ids.
+
+        Two kinds of clients that the rounds' cuts keep apart make a balanced graph (target corruption in the LoRA
+        scenario: 1.00 in every round). Cuts that fall anywhere make an unbalanced one, whose split says nothing of
+        who is honest: the weak cuts of honest clients alone (0.53-0.63 without attackers, GPT in the LoRA
+        scenario) or cuts an attacker sets across the honest clients (``minority_flip``: 0.47-0.67).
+
+        >>> graph = CohortGraph([1, 2, 3, 4], np.array([[0, 1, -1, -1], [1, 0, -1, -1], [-1, -1, 0, 1], [-1, -1, 1, 0.]]))
+        >>> graph.balance(np.array([1, 1, -1, -1])), graph.balance(np.array([1, -1, 1, -1]))
+        (1.0, -0.3333333333333333)
+        """
+        side = np.asarray(side, dtype=float)
+        placed = np.outer(side != 0, side != 0)
+        total = float(np.abs(self.weights[placed]).sum())
+        return float((self.weights * np.outer(side, side))[placed].sum()) / total if total > 0 else float("nan")
 
 
 def voted_out(votes: Sequence[int], sizes: Sequence[int], margin: float = 0.0) -> int | None:
@@ -559,6 +582,7 @@ def cohort_rule(
     vote: str = "round",
     weight: str = "unit",
     margin: float = 0.0,
+    balance: float = 0.0,
     contested_round: str = "hold",
     strong_minority: str = "support",
     open_round_rule: str = "support",
@@ -609,6 +633,10 @@ def cohort_rule(
     margin : float in [0, 1], default=0.0
         A part is rejected only where its vote is at most ``-margin`` times its size (``FedLNS(cohort_margin=...)``):
         0 rejects the lower part on any negative vote, 1 only a part the history places wholly in the minority.
+    balance : float in [0, 1], default=0.0
+        The graph's split places nobody unless its :meth:`CohortGraph.balance` is at least this
+        (``FedLNS(cohort_balance=...)``): a round under a graph whose cuts fell anywhere is decided as one under a
+        history without a majority cohort (``undecided``).
     contested_round : {"hold", "reject"}, default="hold"
         What a round ``undecided="hold_contested"`` finds contested (:func:`contested`) does: aggregate nobody, or
         reject its coherent part and keep the other (``FedLNS(cohort_contested=...)``).
@@ -657,12 +685,12 @@ def cohort_rule(
         if not consistent:
             drifting = f", in a history whose updates agree little across rounds (median cosine {agreement:.3g})"
     if cut is not None and decide:
-        side = graph.sides()
+        side = graph.sides(balance)
         if vote == "history" or (vote in ("strong", "placed", "settled") and cut.within < STRONG_CUT):
             # The graph before the round's edges, over the same ids (the round's new ones without edges), so with
             # the same majority bar; the round's edges place only the ids it leaves unplaced ("placed": nobody;
             # "settled": nobody once the history holds a majority cohort, before that as "round").
-            history = before.updated(ids, None, decay).sides()
+            history = before.updated(ids, None, decay).sides(balance)
             if vote == "settled" and not any(history.values()):
                 pass  # the history places nobody yet: the round's own edges vote, as under "round"
             elif vote in ("placed", "settled"):
@@ -725,7 +753,7 @@ def cohort_rule(
             for i in np.flatnonzero(rejected_part).tolist():
                 reasons[i] = f"{where} (mean cosine {cut.across:.3g} across, {cut.within:.3g} within) {why}"
     if cut is None and cohort_cut in HISTORY_CUTS and decide and parts is not None:
-        history = graph.sides()  # the round added no edges: the history before it
+        history = graph.sides(balance)  # the round added no edges: the history before it
         confirmed = confirmed_cut(cosines, [history[client_id] for client_id in ids], dimension)
         if confirmed is not None:
             first, within, across = confirmed

@@ -439,6 +439,15 @@ class FedLNS:
         half, a vote of -1 of 8, rejected 8 honest clients; a margin leaves a part the history cannot tell apart, at
         the price of attackers mixed with honest clients in one part: opt-in, since ``margin_blend``, written against
         it, put ``cohort_margin=0.5`` 7.1% behind 0 on GPT at 40% (``docs/results/margin``).
+    cohort_balance : float in [0, 1], default=0.0
+        ``"cohort"`` only: the cohort graph places ids in a majority and a minority cohort only where its split is
+        balanced, the share of its edge weight that agrees with the split (a positive edge within a side, a negative
+        one across) less the share that does not at least this (``CohortGraph.balance``); else the round is decided
+        as one whose history has no majority cohort (``cohort_undecided``). Two kinds the rounds' cuts keep apart
+        give 1.00 (target corruption in the LoRA scenario); cuts that fall anywhere, among honest clients alone
+        (0.53-0.63) or set across them by an attacker (``minority_flip``: 0.47-0.67), give a split that says nothing
+        of who is honest, and votes on it reject honest clients. 0 (the default) reads every split. A candidate with
+        ``cohort_open="keep"`` (``docs/results/balance``).
     cohort_contested : {"hold", "reject"}, default="hold"
         ``"cohort"`` only, under ``cohort_undecided="hold_contested"`` (and ``"adaptive"`` where it acts as it): what a
         contested round does, one whose coherent part agrees at least ``STRONG_CUT`` and holds at least half of it
@@ -540,6 +549,7 @@ class FedLNS:
         cohort_vote: str = "settled",
         cohort_weight: str = "agreeing",
         cohort_margin: float = 0.0,
+        cohort_balance: float = 0.0,
         cohort_contested: str = "hold",
         cohort_strong_minority: str = "support",
         cohort_open: str = "support",
@@ -573,6 +583,7 @@ class FedLNS:
         self.cohort_vote = cohort_vote
         self.cohort_weight = cohort_weight
         self.cohort_margin = cohort_margin
+        self.cohort_balance = cohort_balance
         self.cohort_contested = cohort_contested
         self.cohort_strong_minority = cohort_strong_minority
         self.cohort_open = cohort_open
@@ -811,6 +822,7 @@ class FedLNS:
                 vote=settings["cohort_vote"],
                 weight=settings["cohort_weight"],
                 margin=settings["cohort_margin"],
+                balance=settings["cohort_balance"],
                 contested_round=settings["cohort_contested"],
                 strong_minority=settings["cohort_strong_minority"],
                 open_round_rule=settings["cohort_open"],
@@ -1098,6 +1110,7 @@ class FedLNS:
             params.setdefault("cohort_weight", "unit")  # and every split round's edges weighed 1
             params.setdefault("quorum", 0.0)  # and every screened round aggregated whatever it kept
             params.setdefault("cohort_margin", 0.0)  # and a part rejected on any negative vote
+            params.setdefault("cohort_balance", 0.0)  # and the graph's split read however balanced
             params.setdefault("cohort_contested", "hold")  # and a contested round held
             params.setdefault("cohort_strong_minority", "support")  # and an open round left to the support rule,
             params.setdefault("cohort_open", "support")  # its strong minority part or not

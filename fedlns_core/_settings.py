@@ -112,6 +112,7 @@ PARAMETER_CONSTRAINTS: dict[str, list] = {
     "cohort_vote": [Options(("round", "history", "strong", "placed", "settled"))],
     "cohort_weight": [Options(("unit", "coherence", "agreeing"))],
     "cohort_margin": [Interval("real", 0, 1, closed="both")],
+    "cohort_balance": [Interval("real", 0, 1, closed="both")],
     "cohort_contested": [Options(("hold", "reject"))],
     "cohort_strong_minority": [Options(("support", "reject"))],
     "cohort_open": [Options(("support", "keep"))],

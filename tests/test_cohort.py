@@ -159,6 +159,29 @@ def test_sides_place_the_majority_cohort_when_it_holds_more_than_half(seed, popu
     assert all(sides[c] == 1 for c in honest) and all(sides[c] == -1 for c in attackers)
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), population=st.integers(12, 40), fraction=st.floats(0.05, 0.45))
+def test_a_graph_of_two_kinds_always_cut_apart_is_balanced_and_one_of_cuts_anywhere_is_not(seed, population, fraction):
+    """``CohortGraph.balance``: 1 for a history whose every cut set the same two kinds apart, whichever side is
+    called +1; well below it for a history of cuts that fell anywhere in one population (a random third of each
+    round against the rest), whose split ``sides(min_balance=...)`` then leaves unplaced."""
+    rng = np.random.default_rng(seed)
+    n_bad = max(1, int(fraction * population))
+    honest, attackers = list(range(n_bad, population)), list(range(n_bad))
+    graph = _split_history(honest, attackers, 12 * population, rng)
+    side = np.array([graph.sides()[c] for c in graph.ids])
+    assert graph.balance(side) == pytest.approx(1.0) and graph.balance(-side) == pytest.approx(1.0)
+    assert graph.sides(min_balance=0.8) == graph.sides()
+    noise = CohortGraph()
+    for _ in range(12 * population):
+        ids = list(rng.choice(population, 9, replace=False))
+        noise = noise.updated(ids, rng.permutation(9) < 3, decay=0.9)
+    split = noise.sides()
+    assume(any(split.values()))  # a side holds most ids: the gate, not the bar of a majority, leaves them unplaced
+    assert noise.balance(np.array([split[c] for c in noise.ids])) < 0.8
+    assert set(noise.sides(min_balance=0.8).values()) == {0}
+
+
 def test_no_side_is_the_majority_when_the_placed_ids_are_not_most_of_the_bank():
     """An attacker that is apart only where it holds the round places mostly its own ids: no verdict then."""
     graph = CohortGraph().updated([0, 1, 2, 10], np.array([True, True, True, False]), decay=1.0)
@@ -781,6 +804,13 @@ def test_cohort_open_keep_keeps_whole_an_open_round_the_support_rule_would_decid
     assert (not results[6, "keep"].retained) == drift  # held where the history drifts
     FedLNS(cohort_open="keep").save(tmp_path / "screener.npz")
     assert FedLNS.load(tmp_path / "screener.npz").cohort_open == "keep" and FedLNS().cohort_open == "support"
+
+
+def test_cohort_balance_is_saved_loaded_and_checked(tmp_path):
+    FedLNS(cohort_balance=0.8).save(tmp_path / "screener.npz")
+    assert FedLNS.load(tmp_path / "screener.npz").cohort_balance == 0.8 and FedLNS().cohort_balance == 0.0
+    with pytest.raises(ValueError, match="cohort_balance"):
+        FedLNS(cohort_balance=1.5).validate_params()
 
 
 @pytest.mark.parametrize("drift", [False, True])

@@ -735,3 +735,35 @@ def test_minority_flip_makes_a_few_honest_clients_and_a_cover_a_strong_minority_
     blended = make_attack("agree_blend", TOKENIZER, _config()).craft(
         global_params, clients, malicious, (), np.random.default_rng(1))
     np.testing.assert_array_equal(_rows(flipped, malicious), _rows(blended, malicious))
+
+
+def test_victim_flip_sets_the_same_ids_against_the_same_ids():
+    """``victim_flip``'s roles are fixed by id: in a round of six honest clients (agreeing at about 0.2) and four
+    attackers, the covers (the even attackers, 6 and 8) send the mean of the victims (the honest ids divisible by 3,
+    0 and 3), and the cut has exactly the victims and the covers as a strong core, the other attackers sending
+    ``weak_core``'s rows; without a victim in the round, it is ``agree_blend``'s."""
+    from fedlns_core._cohort import STRONG_CUT, round_parts
+    from fedlns_core._support import _unit
+    from fedlns_sim.attacks import ContestFlip, VictimFlip
+
+    assert [c for c in range(10) if VictimFlip.victim(c)] == [0, 3, 6, 9]
+    _, global_params, clients, _ = _shared_and_poisoned(3, 600, shared_weight=0.5, attacker_noise=0.3)
+    malicious = [6, 7, 8, 9]
+    sent = make_attack("victim_flip", TOKENIZER, _config()).craft(
+        global_params, clients, malicious, (), np.random.default_rng(0))
+    assert all(sent[c] is clients[c] for c in range(6))
+    honest = _rows(clients, range(6))
+    cover = ContestFlip.cover(honest[[0, 3]], 2)
+    np.testing.assert_allclose(_rows(sent, [6, 8]), cover, rtol=1e-5, atol=1e-6)
+    units = _unit(_rows(sent, range(10)))
+    parts = round_parts(units @ units.T, separation=0.5)
+    assert parts.apart and parts.within >= STRONG_CUT and np.flatnonzero(parts.first).tolist() == [0, 3, 6, 8]
+
+    no_victim = {c + 1 if c < 6 else c: params for c, params in clients.items() if c != 5}  # honest ids 1-5, 7 ...
+    no_victim = {(c if c != 3 else 10): params for c, params in no_victim.items()}  # ... with 3 moved to 10
+    attackers = [6, 8, 7, 9]  # the covers first, as victim_flip orders them
+    flipped = make_attack("victim_flip", TOKENIZER, _config()).craft(
+        global_params, no_victim, attackers, (), np.random.default_rng(1))
+    blended = make_attack("agree_blend", TOKENIZER, _config()).craft(
+        global_params, no_victim, attackers, (), np.random.default_rng(1))
+    np.testing.assert_array_equal(_rows(flipped, attackers), _rows(blended, attackers))

@@ -93,6 +93,9 @@ Adaptive, against the cohort rule (``fedlns_default`` since the support rule; wh
   ``minority_flip``  ``agree_blend``, except where some attackers sending the mean of the honest clients closest to
                      the honest mean make those clients and them a strong minority part of the round, the other
                      honest clients and the corrupted attackers the rest: against ``cohort_strong_minority="reject"``.
+  ``victim_flip``    ``minority_flip`` with fixed roles (the same honest ids the victims, the same attacking ids the
+                     covers), so that its cuts agree round after round: against ``cohort_balance``, which reads the
+                     cohort graph only where its edges agree with its split.
 
 To add one: subclass ``Attack``, declare and override what it changes, register it in ``ATTACKS``.
 """
@@ -1186,6 +1189,49 @@ class MinorityFlip(ContestFlip):
         return None
 
 
+class VictimFlip(MinorityFlip):
+    """``minority_flip`` with its roles fixed across rounds, so that its cuts agree with one another: the honest ids
+    divisible by 3 are the victims, the attacking ids divisible by 2 the covers. In a round with victims and covers,
+    every cover sends the victims' mean update at their median norm and the other attackers ``weak_core``'s rows,
+    where the server's cut (``fedlns_core._cohort.round_parts`` with ``FedLNS()``'s separation, on the updates' exact
+    cosines) then has the victims and the covers, and only them, as a core agreeing at least ``STRONG_CUT``; other
+    rounds are ``agree_blend``'s. Every such cut sets the same ids against the same ids, so the cohort graph they
+    build is balanced (each edge agrees with its split), with the other honest clients and the attackers that send
+    the poison on one side, more than half of all ids, and the victims with the covers on the other. White-box
+    against ``FedLNS(cohort_balance=...)``, which reads the graph's split only where it is balanced: the vote then
+    rejects the victims and keeps the poison."""
+
+    name = "victim_flip"
+
+    @staticmethod
+    def victim(client) -> bool:
+        return int(client) % 3 == 0
+
+    @staticmethod
+    def covering(client) -> bool:
+        return int(client) % 2 == 0
+
+    def craft(self, global_params, client_params, malicious, norm_keys, rng):
+        from fedlns_core._cohort import STRONG_CUT
+
+        benign = [c for c in client_params if c not in malicious]
+        if len(malicious) < 2 or len(benign) < self.least_benign:
+            return AgreeBlend.craft(self, global_params, client_params, malicious, norm_keys, rng)
+        keys = sorted(global_params)
+        attackers = sorted(malicious, key=lambda c: not self.covering(c))  # the covers first
+        covers = sum(1 for c in attackers if self.covering(c))
+        victims = np.array([self.victim(c) for c in benign])
+        honest = _stacked(global_params, client_params, benign, keys)
+        crafted = self.weak(honest, _stacked(global_params, client_params, attackers, keys), rng)
+        if victims.any() and 0 < covers < len(attackers):
+            rows = np.vstack([self.cover(honest[victims], covers), WeakCore.lean(self, crafted, honest)[covers:]])
+            parts = _tree_cut(np.vstack([honest, rows]))
+            core = np.concatenate([victims, np.arange(len(attackers)) < covers])
+            if parts is not None and parts.apart and parts.within >= STRONG_CUT and np.array_equal(parts.first, core):
+                return _sending(global_params, client_params, attackers, rows, keys)
+        return _sending(global_params, client_params, attackers, self.lean(crafted, honest), keys)
+
+
 def _mean_cosine(units: np.ndarray) -> float:
     """Mean cosine between distinct rows of unit vectors."""
     n = len(units)
@@ -1254,6 +1300,7 @@ ATTACKS = {
         MajorityDrift,
         ContestFlip,
         MinorityFlip,
+        VictimFlip,
     )
 }
 assert tuple(ATTACKS) == ATTACK_NAMES, "config.ATTACK_NAMES and the attack classes must list the same names"

@@ -82,6 +82,7 @@ ATTACK_NAMES = (
     "majority_drift",
     "contest_flip",
     "minority_flip",
+    "victim_flip",
 )
 # Attacks on the LoRA factors of an adapter payload (peft="lora").
 LORA_ATTACKS = ("lora_quiet", "lora_band")
@@ -131,6 +132,7 @@ DEFAULT_METHOD_KEYS = (
     "cohort_vote",
     "cohort_weight",
     "cohort_margin",
+    "cohort_balance",
     "cohort_contested",
     "cohort_strong_minority",
     "cohort_open",
@@ -141,6 +143,7 @@ DEFAULT_METHOD_ONLY = (
     "default_clip",
     "default_warmup",
     "cohort_margin",
+    "cohort_balance",
     "cohort_contested",
     "cohort_strong_minority",
     "cohort_open",
@@ -262,6 +265,7 @@ class Config:
     cohort_weight: str = "agreeing"  # fedlns_default's FedLNS(cohort_weight=...): agreeing (its default) | unit (its
     # default before: runs archived before it, LEGACY) | coherence
     cohort_margin: float = 0.0  # fedlns_default's FedLNS(cohort_margin=...): 0 (its default) | a share in (0, 1]
+    cohort_balance: float = 0.0  # fedlns_default's FedLNS(cohort_balance=...): 0 (its default) | a share in (0, 1]
     cohort_contested: str = "hold"  # fedlns_default's FedLNS(cohort_contested=...): hold (its default) | reject
     cohort_strong_minority: str = "support"  # fedlns_default's FedLNS(cohort_strong_minority=...): support (its
     # default) | reject
@@ -371,6 +375,7 @@ class Config:
             ),
             (0.0 <= self.quorum <= 1.0, f"quorum must be in [0, 1], got {self.quorum}"),
             (0.0 <= self.cohort_margin <= 1.0, f"cohort_margin must be in [0, 1], got {self.cohort_margin}"),
+            (0.0 <= self.cohort_balance <= 1.0, f"cohort_balance must be in [0, 1], got {self.cohort_balance}"),
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",

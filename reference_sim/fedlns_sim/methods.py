@@ -56,6 +56,7 @@ def make_screener(config):
             cohort_vote=config.cohort_vote,
             cohort_weight=config.cohort_weight,
             cohort_margin=config.cohort_margin,
+            cohort_balance=config.cohort_balance,
             cohort_contested=config.cohort_contested,
             cohort_strong_minority=config.cohort_strong_minority,
             cohort_open=config.cohort_open,

@@ -26,7 +26,8 @@ run's own: a check, it must reproduce the recorded decisions):
                    ``cohort_vote=C`` (``round``, ``history``, ``strong``, ``placed`` or ``settled``),
                    ``cohort_undecided=C`` (``keep``, ``hold``, ``deviation``, ``hold_contested`` or ``adaptive``;
                    ``support`` is the run's fallback below) or ``cohort_weight=C`` (``unit``, ``coherence`` or
-                   ``agreeing``) instead of the run's own, or ``margin=M`` (``cohort_margin``) or ``contested=C``
+                   ``agreeing``) instead of the run's own, or ``margin=M`` (``cohort_margin``), ``balance=B``
+                   (``cohort_balance``) or ``contested=C``
                    (``cohort_contested``: ``hold`` or ``reject``), ``minority=C`` (``cohort_strong_minority``:
                    ``support`` or ``reject``) or ``open=C`` (``cohort_open``: ``support`` or ``keep``); several
                    joined by ``+``
@@ -165,10 +166,14 @@ def replay(run_dir: Path, variant: str | None = None) -> list[dict]:
 #: ``cohort_rule`` argument that takes it.
 NAMED_VARIANTS = {
     "margin": ("cohort_margin", "margin"),
+    "balance": ("cohort_balance", "balance"),
     "contested": ("cohort_contested", "contested_round"),
     "minority": ("cohort_strong_minority", "strong_minority"),
     "open": ("cohort_open", "open_round_rule"),
 }
+
+#: Of those, the ones whose VALUE is a number.
+NUMBER_VARIANTS = ("margin", "balance")
 
 
 def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
@@ -189,7 +194,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
             chosen.append(part)
         elif option not in NAMED_VARIANTS or option in named:
             unknown = True
-        elif option == "margin":
+        elif option in NUMBER_VARIANTS:
             named[option] = float(value)
         else:
             named[option] = value
@@ -197,7 +202,7 @@ def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
     if unknown or any(a not in (*cuts, *votes, *undecided, *weights) for a in chosen):
         known = ", ".join(cuts + votes + undecided + weights)
         once = ", ".join(
-            f"{option}=M once" if option == "margin" else f"{option}=C ({' or '.join(options(setting))}) once"
+            f"{option}=M once" if option in NUMBER_VARIANTS else f"{option}=C ({' or '.join(options(setting))}) once"
             for option, (setting, _) in NAMED_VARIANTS.items()
         )
         raise ValueError(f"unknown variant {variant!r}: cohort:C takes one or more (joined by +) of {known}, {once}")

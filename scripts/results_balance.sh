@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The runs behind docs/results/balance: FedLNS(cohort_balance=0.8, cohort_open="keep") against FedLNS() as it ships in
+# the LoRA scenario (PLAN.md, fixed before the runs). FedLNS()'s and FedAvg's runs of the cells that
+# docs/results/strong-minority (and its shipped/ runs), docs/results/contested-reject and docs/results/open-keep made on
+# the same machine are read from there; this makes the rest. Resumable: finished runs are skipped.
+#
+# Usage: bash scripts/results_balance.sh [RUNS_DIR]   (default runs/balance)
+# Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), FAMILIES (default "gpt llama", one family
+# a sweep to split it).
+set -euo pipefail
+runs="${1:-runs/balance}"
+# shellcheck source=scripts/lora_cells.sh
+. "$(dirname "$0")/lora_cells.sh"
+candidate=("${shipped[@]}" --set cohort_balance=0.8 --set cohort_open=keep)
+for family in ${FAMILIES:-gpt llama}; do
+  for seed in 100 200 300; do lora_sweep "$family" iid 0.4 "$seed" minority_flip "${candidate[@]}"; done  # B1
+  trio "$family" iid 0.4 100 victim_flip                                                                  # B2
+  lora_sweep "$family" iid 0.4 100 target_corruption "${candidate[@]}"                                   # B3
+  for partition in iid noniid; do lora_sweep "$family" "$partition" 0 100 none "${candidate[@]}"; done
+  for partition in iid noniid; do lora_sweep "$family" "$partition" 0.2 100 alie "${candidate[@]}"; done  # B4
+  lora_sweep "$family" iid 0.4 300 agree_blend "${candidate[@]}"                                         # B5
+  lora_sweep "$family" iid 0.4 100 contest_flip "${candidate[@]}"
+  lora_sweep "$family" iid 0.4 100 weak_core "${candidate[@]}"
+done
