@@ -806,6 +806,35 @@ def test_cohort_open_keep_keeps_whole_an_open_round_the_support_rule_would_decid
     assert FedLNS.load(tmp_path / "screener.npz").cohort_open == "keep" and FedLNS().cohort_open == "support"
 
 
+def test_a_round_under_an_unbalanced_history_is_decided_as_one_without_a_majority_cohort():
+    """``cohort_balance``: the same history with a quarter of its edges reversed still puts 0-8 on the majority side,
+    but its split is unbalanced (0.55), so the attackers' part rejected under it is, at ``balance=0.8``, in a round no
+    cohort decides: a strong minority the support rule would decide, and with ``open_round_rule="keep"`` kept whole."""
+    from fedlns_core._cohort import cohort_rule
+
+    weights = 10 * _weak_history().weights  # a long history: the round's own edges move its balance little
+    rows, cols = np.triu_indices(12, 1)
+    reversed_ = (7 * rows + 3 * cols) % 4 == 0
+    weights[rows[reversed_], cols[reversed_]] *= -1
+    weights[cols[reversed_], rows[reversed_]] *= -1
+    history = CohortGraph(range(12), weights)
+    assert [history.sides()[c] for c in range(12)] == [1] * 9 + [-1] * 3
+    assert history.balance(np.array([1] * 9 + [-1] * 3)) == pytest.approx(6 / 11)
+
+    def decided(balance, open_round_rule="keep"):
+        rows = _round_sketches([9, 10, 11], [0, 1, 2, 3, 4, 5, 6], 0.9)
+        ids = list(rows)
+        outcome = cohort_rule(
+            np.ones(len(ids)), np.stack([rows[c] for c in ids]), ids, history, np.arange(12.0), np.ones(12),
+            recent=12, separation=0.5, loud_separation=6.0, decay=0.9, vote="history", balance=balance,
+            undecided="hold_contested", open_round_rule=open_round_rule, dimension=10_000,
+        )
+        return {c for c, kept in zip(ids, outcome.retained) if not kept}, outcome.to_support
+
+    assert decided(0.0) == ({9, 10, 11}, False) and decided(0.5) == ({9, 10, 11}, False)
+    assert decided(0.8) == (set(), False) and decided(0.8, "support") == (set(), True)
+
+
 def test_cohort_balance_is_saved_loaded_and_checked(tmp_path):
     FedLNS(cohort_balance=0.8).save(tmp_path / "screener.npz")
     assert FedLNS.load(tmp_path / "screener.npz").cohort_balance == 0.8 and FedLNS().cohort_balance == 0.0
