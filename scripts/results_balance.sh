@@ -6,12 +6,47 @@
 #
 # Usage: bash scripts/results_balance.sh [RUNS_DIR]   (default runs/balance)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), FAMILIES (default "gpt llama", one family
-# a sweep to split it).
+# a sweep to split it; under PART=followup "gpt llama bert cpu": bert its BERT cells, cpu the cpu preset's), PART
+# (default: the plan; followup: its follow-up).
 set -euo pipefail
 runs="${1:-runs/balance}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
 candidate=("${shipped[@]}" --set cohort_balance=0.8 --set cohort_open=keep)
+if [ "$part" = followup ]; then  # PLAN.md's follow-up: BERT (F1), seed 400 (F2), the cpu preset (F3)
+  for family in ${FAMILIES:-gpt llama bert cpu}; do
+    case "$family" in
+      bert)
+        lora_sweep bert iid 0.4 100 minority_flip "${candidate[@]}"
+        trio bert iid 0.4 100 victim_flip
+        lora_sweep bert iid 0.4 100 target_corruption "${shipped[@]}"
+        lora_sweep bert iid 0.4 100 target_corruption "${candidate[@]}"
+        trio bert iid 0 100 none
+        lora_sweep bert iid 0.2 100 alie "${shipped[@]}"
+        lora_sweep bert iid 0.2 100 alie "${candidate[@]}"
+        ;;
+      cpu)
+        for attack in target_corruption norm_freeze none; do
+          fraction=0.4
+          [ "$attack" = none ] && fraction=0
+          for settings in "" "--set cohort_balance=0.8 --set cohort_open=keep"; do
+            # shellcheck disable=SC2086  # the settings are words
+            "$sim" sweep --preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" \
+              --families gpt --partitions iid --fractions "$fraction" --seeds 100 --no-references \
+              --methods fedlns_default $([ "$attack" = none ] || echo --attacks "$attack") $settings
+          done
+        done
+        ;;
+      *)
+        for attack in minority_flip victim_flip; do trio "$family" iid 0.4 400 "$attack"; done
+        lora_sweep "$family" iid 0.4 400 target_corruption "${shipped[@]}"
+        lora_sweep "$family" iid 0.4 400 target_corruption "${candidate[@]}"
+        trio "$family" noniid 0 400 none
+        ;;
+    esac
+  done
+  exit 0
+fi
 for family in ${FAMILIES:-gpt llama}; do
   for seed in 100 200 300; do lora_sweep "$family" iid 0.4 "$seed" minority_flip "${candidate[@]}"; done  # B1
   trio "$family" iid 0.4 100 victim_flip                                                                  # B2
