@@ -173,6 +173,12 @@ def test_cohort_replay_takes_the_undecided_setting(recorded_cohort, monkeypatch)
         assert set(any_vote["kept"]) <= set(mine["kept"])
     with pytest.raises(ValueError, match="margin=M once"):
         replay(recorded_cohort, "cohort:margin=0.5+margin=1")
+    balances = []
+    monkeypatch.setattr(replay_module, "cohort_rule", lambda *a, **k: balances.append(k["balance"]) or rule(*a, **k))
+    replay(recorded_cohort, "cohort:balance=0.8")
+    assert set(balances) == {0.8}
+    with pytest.raises(ValueError, match="balance=M once"):
+        replay(recorded_cohort, "cohort:balance=0.8+balance=0.5")
     for argument, option, value, unknown in (
         ("contested_round", "contested", "reject", "drop"),
         ("strong_minority", "minority", "reject", "keep"),
