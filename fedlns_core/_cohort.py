@@ -698,9 +698,6 @@ def cohort_rule(
             else:
                 side = {client_id: history[client_id] or s for client_id, s in side.items()}
         open_round = not any(side.values())  # no cohort holds a majority of the bank's ids: every vote is 0
-        undecidable = "no cohort of the history holds more than half of the bank's ids" + (
-            f" in a split its edges bear out (balance at least {balance:g})" if balance > 0 else ""
-        )
         members = [cut.first, ~cut.first]
         votes = [sum(side[client_id] for client_id, m in zip(ids, mask) if m) for mask in members]
         out = voted_out(votes, [int(mask.sum()) for mask in members], margin)
@@ -711,17 +708,18 @@ def cohort_rule(
         is_contested = strong_open and contested(cut, n)
         why = ""
         if undecided == "hold" and open_round:
-            held = f"{undecidable} to tell which is honest"
+            held = "no cohort of the history holds more than half of the bank's ids to tell which is honest"
         elif strong_open and (contested_round if is_contested else strong_minority) == "reject":
             rejected_part = cut.first
             why = (
                 f"and the coherent one, {'' if is_contested else 'agreeing strongly and '}holding "
-                f"{int(cut.first.sum())} of its {n} clients, where {undecidable} to tell which is honest{drifting}"
+                f"{int(cut.first.sum())} of its {n} clients, where no cohort of the history holds more than half of "
+                f"the bank's ids to tell which is honest{drifting}"
             )
         elif is_contested:
             held = (
-                f"its coherent part ({int(cut.first.sum())} of {n}) holds at least half of it and {undecidable} to tell "
-                "which is honest"
+                f"its coherent part ({int(cut.first.sum())} of {n}) holds at least half of it and no cohort of the "
+                "history holds more than half of the bank's ids to tell which is honest"
             )
         elif undecided == "hold_contested" and max(votes) < 0:
             held = (
