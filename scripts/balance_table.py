@@ -1,6 +1,7 @@
-"""The balance study (``docs/results/balance``) as Markdown: ``FedLNS(cohort_balance=0.8, cohort_open="keep")`` beside
-``FedLNS()`` as it ships and FedAvg in each cell, and the plan's criteria, each met or missed. ``FedLNS()``'s and
-FedAvg's runs are partly other folders' (all made on one processor).
+"""The balance study (``docs/results/balance`` and its ``followup``) as Markdown: ``FedLNS(cohort_balance=0.8,
+cohort_open="keep")`` beside ``FedLNS()`` as it ships and FedAvg in each cell (the LoRA scenario's and the ``cpu``
+preset's), and the plan's criteria, each met or missed. ``FedLNS()``'s and FedAvg's runs are partly other folders' (all
+made on one processor).
 
 Usage: python scripts/balance_table.py STUDY [MORE...]
 """
@@ -33,33 +34,46 @@ def studied(run: dict) -> bool:
     )
 
 
+def preset(source: str, run: dict) -> str:
+    """:func:`gather`'s ``group``: ``lora`` for the LoRA scenario's runs (adapter payloads), ``cpu`` for a model
+    trained whole."""
+    return "lora" if run["config"].get("peft") else "cpu"
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    cells = gather(argv, setting="cohort_balance", default=0.0, keep=studied)
+    cells = gather(argv, setting="cohort_balance", default=0.0, keep=studied, group=preset)
     checks, add = checklist()
     honest = {"FedLNS()": [0, 0], "candidate": [0, 0]}
     print("Best checkpoint / last 10 rounds' perplexity; TPR / FPR; the rounds that kept attackers only (after")
     print('activation). FedLNS(): as it ships; candidate: `FedLNS(cohort_balance=0.8, cohort_open="keep")`.\n')
     print(
-        "| seed | family | partition | malicious | attack | FedAvg | FedLNS() | candidate | candidate vs FedAvg | "
+        "| preset | seed | family | partition | malicious | attack | FedAvg | FedLNS() | candidate | candidate vs FedAvg | "
         "vs FedLNS() | TPR / FPR FedLNS() | candidate | attackers only FedLNS() | candidate |"
     )
-    print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    for key in sorted(cells, key=lambda k: (k[3], k[0], k[1], -k[2], k[4])):
-        family, partition, fraction, attack, seed = key
+    print("|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for key in sorted(cells, key=lambda k: (k[0] != "lora", k[4], k[1], k[2], -k[3], k[5])):
+        scenario, family, partition, fraction, attack, seed = key
         ours, default = cells[key].get(CANDIDATE["cohort_balance"]), cells[key].get(0.0)
         fedavg = cells[key].get("fedavg") or cells[key].get("clean")
         if ours is None:
             continue
-        name = f"{family} {partition} {fraction:.0%} {attack} seed {seed}"
+        name = f"{scenario} {family} {partition} {fraction:.0%} {attack} seed {seed}"
         print(
-            f"| {seed} | {family} | {partition} | {fraction:.0%} | {attack} | {text(fedavg)} | {text(default)} | "
+            f"| {scenario} | {seed} | {family} | {partition} | {fraction:.0%} | {attack} | {text(fedavg)} | {text(default)} | "
             f"{text(ours)} | {'-' if fedavg is None else f'{worse(ours, fedavg):+.1%}'} | "
             f"{'-' if default is None else f'{worse(ours, default):+.1%}'} | {rates(default)} | {rates(ours)} | "
             f"{only(default)} | {only(ours)} |"
         )
+        if scenario == "cpu":
+            add(
+                "4. the cpu preset: within 1% of FedLNS()",
+                f"{name}: {'FedLNS() missing' if default is None else f'{worse(ours, default):+.1%}'}",
+                default is not None and worse(ours, default) <= 0.01,
+            )
+            continue
         if attack in AGAINST_FEDAVG:
             missing = fedavg is None
             add(
