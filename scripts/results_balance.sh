@@ -12,7 +12,8 @@ set -euo pipefail
 runs="${1:-runs/balance}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
-candidate=("${shipped[@]}" --set cohort_balance=0.8 --set cohort_open=keep)
+balance=(--set cohort_balance=0.8 --set cohort_open=keep)
+candidate=("${shipped[@]}" "${balance[@]}")
 if [ "$part" = followup ]; then  # PLAN.md's follow-up: BERT (F1), seed 400 (F2), the cpu preset (F3)
   for family in ${FAMILIES:-gpt llama bert cpu}; do
     case "$family" in
@@ -26,16 +27,14 @@ if [ "$part" = followup ]; then  # PLAN.md's follow-up: BERT (F1), seed 400 (F2)
         lora_sweep bert iid 0.2 100 alie "${candidate[@]}"
         ;;
       cpu)
-        for attack in target_corruption norm_freeze none; do
-          fraction=0.4
-          [ "$attack" = none ] && fraction=0
-          for settings in "" "--set cohort_balance=0.8 --set cohort_open=keep"; do
-            # shellcheck disable=SC2086  # the settings are words
-            "$sim" sweep --preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" \
-              --families gpt --partitions iid --fractions "$fraction" --seeds 100 --no-references \
-              --methods fedlns_default $([ "$attack" = none ] || echo --attacks "$attack") $settings
-          done
+        cpu=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families gpt
+          --partitions iid --seeds 100 --no-references --methods fedlns_default)
+        for attack in target_corruption norm_freeze; do
+          "$sim" sweep "${cpu[@]}" --fractions 0.4 --attacks "$attack"
+          "$sim" sweep "${cpu[@]}" --fractions 0.4 --attacks "$attack" "${balance[@]}"
         done
+        "$sim" sweep "${cpu[@]}" --fractions 0
+        "$sim" sweep "${cpu[@]}" --fractions 0 "${balance[@]}"
         ;;
       *)
         for attack in minority_flip victim_flip; do trio "$family" iid 0.4 400 "$attack"; done
