@@ -21,6 +21,8 @@ CANDIDATE = {"cohort_balance": 0.8, "cohort_open": "keep"}
 #: The plan's groups of attacks: measured against FedAvg (B1, B2), or against FedLNS() (B4, B5).
 AGAINST_FEDAVG = ("minority_flip", "victim_flip")
 AGAINST_SHIPPED = ("alie", "agree_blend", "contest_flip", "weak_core")
+#: Measured after the verdict (``PART=majority``): the attacks that hold rounds, against FedLNS().
+HOLDING = ("majority_only", "majority_weak", "majority_drift")
 
 
 def studied(run: dict) -> bool:
@@ -94,6 +96,12 @@ def main(argv: list[str]) -> int:
         elif fraction == 0:
             rejected(honest, "FedLNS()", default)
             rejected(honest, "candidate", ours)
+        elif attack in HOLDING:
+            add(
+                "after the verdict: majority_only, majority_weak, majority_drift within 1% of FedLNS()",
+                f"{name}: {worse(ours, default):+.1%}",
+                worse(ours, default) <= 0.01,
+            )
         elif attack in AGAINST_SHIPPED:
             new_only = ours["attackers_only_rounds"] and not default["attackers_only_rounds"]
             add(

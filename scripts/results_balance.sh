@@ -7,13 +7,24 @@
 # Usage: bash scripts/results_balance.sh [RUNS_DIR]   (default runs/balance)
 # Environment: FEDLNS_SIM (default .venv/bin/fedlns-sim), JOBS (default 2), FAMILIES (default "gpt llama", one family
 # a sweep to split it; under PART=followup "gpt llama bert cpu": bert its BERT cells, cpu the cpu preset's), PART
-# (default: the plan; followup: its follow-up).
+# (default: the plan; followup: its follow-up; majority: after the verdict, the attacks that hold rounds, majority_only,
+# majority_weak and majority_drift, GPT and LLaMA IID 40% seed 100, with FedAvg; FedLNS()'s runs read from
+# contested-reject, majority_weak's FedAvg from open-keep).
 set -euo pipefail
 runs="${1:-runs/balance}"
 # shellcheck source=scripts/lora_cells.sh
 . "$(dirname "$0")/lora_cells.sh"
 balance=(--set cohort_balance=0.8 --set cohort_open=keep)
 candidate=("${shipped[@]}" "${balance[@]}")
+if [ "$part" = majority ]; then
+  for family in ${FAMILIES:-gpt llama}; do
+    for attack in majority_only majority_weak majority_drift; do
+      [ "$attack" = majority_weak ] || lora_sweep "$family" iid 0.4 100 "$attack" --methods fedavg  # open-keep's
+      lora_sweep "$family" iid 0.4 100 "$attack" "${candidate[@]}"
+    done
+  done
+  exit 0
+fi
 if [ "$part" = followup ]; then  # PLAN.md's follow-up: BERT (F1), seed 400 (F2), the cpu preset (F3)
   for family in ${FAMILIES:-gpt llama bert cpu}; do
     case "$family" in
