@@ -111,11 +111,12 @@ def main(argv: list[str]) -> int:
                 worse(ours, default) <= 0.01 and not new_only,
             )
     (fp_base, all_base), (fp, total) = honest["FedLNS()"], honest["candidate"]
-    add(
-        "2. without attackers: no more honest updates rejected than FedLNS()",
-        f"candidate {fp} of {total}, FedLNS() {fp_base} of {all_base}",
-        total > 0 and fp <= fp_base,
-    )
+    if total or all_base:  # cells without attackers were read
+        add(
+            "2. without attackers: no more honest updates rejected than FedLNS()",
+            f"candidate {fp} of {total}, FedLNS() {fp_base} of {all_base}",
+            fp <= fp_base,
+        )
     print("\n## The plan's criteria\n")
     print_checks(dict(sorted(checks.items())))
     return 0
