@@ -441,17 +441,17 @@ class FedLNS:
         it, put ``cohort_margin=0.5`` 7.1% behind 0 on GPT at 40% (``docs/results/margin``).
     cohort_balance : float in [0, 1], default=0.0
         ``"cohort"`` only: the cohort graph places ids in a majority and a minority cohort only where its split is
-        balanced, the share of its edge weight that agrees with the split (a positive edge within a side, a negative
-        one across) less the share that does not at least this (``CohortGraph.balance``); else the round is decided
-        as one whose history has no majority cohort (``cohort_undecided``). Two kinds the rounds' cuts keep apart
-        give 1.00 (target corruption in the LoRA scenario); cuts that fall anywhere, among honest clients alone
-        (0.53-0.63) or set across them by an attacker (``minority_flip``: 0.47-0.67), give a split that says nothing
-        of who is honest, and votes on it reject honest clients. 0 (the default) reads every split. Measured with
-        ``cohort_open="keep"`` at 0.8 (``docs/results/balance``): ``minority_flip`` within 1% of FedAvg in all nine
-        cells (seeds 100-400, three families; the default: up to 8.9% above it), no honest update rejected without
-        attackers, never more than 1% worse than the default in 40 cells; but ``victim_flip``, written against it
-        (roles fixed by id, so that its cuts build a balanced, wrong graph), ends it 1.1-2.0% above FedAvg in three
-        cells of five: opt-in.
+        balanced, the share of its edge weight that agrees with the split (a positive edge within a side, a negative one
+        across) less the share that does not at least this (``CohortGraph.balance``); else the round is decided as one
+        whose history has no majority cohort (``cohort_undecided``). Two kinds the rounds' cuts keep apart give 1.00
+        (target corruption in the LoRA scenario); cuts that fall anywhere, among honest clients alone (0.53-0.63) or set
+        across them by an attacker (``minority_flip``: 0.47-0.67), give a split that says nothing of who is honest, and
+        votes on it reject honest clients. 0 (the default) reads every split. Measured with ``cohort_open="keep"`` at
+        0.8 (``docs/results/balance``): ``minority_flip`` within 1% of FedAvg in all nine cells (seeds 100-400, three
+        families; the default: up to 8.9% above it), no honest update rejected without attackers, never more than 1%
+        worse than the default in the study's 40 cells (after it, ``majority_drift`` on GPT: 1.6%); but ``victim_flip``,
+        written against it (roles fixed by id, so that its cuts build a balanced, wrong graph), ends it 1.1-2.0% above
+        FedAvg in three cells of five: opt-in.
     cohort_contested : {"hold", "reject"}, default="hold"
         ``"cohort"`` only, under ``cohort_undecided="hold_contested"`` (and ``"adaptive"`` where it acts as it): what a
         contested round does, one whose coherent part agrees at least ``STRONG_CUT`` and holds at least half of it
