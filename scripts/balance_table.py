@@ -28,12 +28,9 @@ HOLDING = ("majority_only", "majority_weak", "majority_drift")
 def studied(run: dict) -> bool:
     """FedAvg, FedLNS() as it ships, and the candidate (FedLNS() as it ships but for ``CANDIDATE``)."""
     config = run["config"]
+    open_round = {0.0: "support", CANDIDATE["cohort_balance"]: CANDIDATE["cohort_open"]}  # per cohort_balance
     balance = config.get("cohort_balance", 0.0)  # runs made before the setting existed: 0
-    if run["method"] != "fedlns_default" or balance == 0.0:
-        return shipped(run, "cohort_open") and config.get("cohort_open", "support") == "support"
-    return (
-        balance == CANDIDATE["cohort_balance"] and shipped(run, "cohort_open") and config.get("cohort_open") == "keep"
-    )
+    return shipped(run, "cohort_open") and config.get("cohort_open", "support") == open_round.get(balance)
 
 
 def preset(source: str, run: dict) -> str:

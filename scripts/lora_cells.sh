@@ -58,11 +58,14 @@ seed_cells() {
   fi
 }
 
-# FedLNS() as it ships (the settled vote, over common's pin of the round vote) and trio FAMILY PARTITION FRACTION SEED
-# ATTACK: FedAvg, it and the sourcing script's candidate (its `candidate` array) in one cell.
+# FedLNS() as it ships (the settled vote, over common's pin of the round vote); pair FAMILY PARTITION FRACTION SEED
+# ATTACK: it and the sourcing script's candidate (its `candidate` array) in one cell; trio: FedAvg, then the pair.
 shipped=(--methods fedlns_default --set cohort_vote=settled)
-trio() {
-  lora_sweep "$@" --methods fedavg
+pair() {
   lora_sweep "$@" "${shipped[@]}"
   lora_sweep "$@" "${candidate[@]}"
+}
+trio() {
+  lora_sweep "$@" --methods fedavg
+  pair "$@"
 }

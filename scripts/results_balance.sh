@@ -31,11 +31,9 @@ if [ "$part" = followup ]; then  # PLAN.md's follow-up: BERT (F1), seed 400 (F2)
       bert)
         lora_sweep bert iid 0.4 100 minority_flip "${candidate[@]}"
         trio bert iid 0.4 100 victim_flip
-        lora_sweep bert iid 0.4 100 target_corruption "${shipped[@]}"
-        lora_sweep bert iid 0.4 100 target_corruption "${candidate[@]}"
+        pair bert iid 0.4 100 target_corruption
         trio bert iid 0 100 none
-        lora_sweep bert iid 0.2 100 alie "${shipped[@]}"
-        lora_sweep bert iid 0.2 100 alie "${candidate[@]}"
+        pair bert iid 0.2 100 alie
         ;;
       cpu)
         cpu=(--preset cpu --set batch_clients=auto --jobs "${JOBS:-2}" --no-progress --out "$runs" --families gpt
@@ -49,8 +47,7 @@ if [ "$part" = followup ]; then  # PLAN.md's follow-up: BERT (F1), seed 400 (F2)
         ;;
       *)
         for attack in minority_flip victim_flip; do trio "$family" iid 0.4 400 "$attack"; done
-        lora_sweep "$family" iid 0.4 400 target_corruption "${shipped[@]}"
-        lora_sweep "$family" iid 0.4 400 target_corruption "${candidate[@]}"
+        pair "$family" iid 0.4 400 target_corruption
         trio "$family" noniid 0 400 none
         ;;
     esac

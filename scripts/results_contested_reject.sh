@@ -31,9 +31,6 @@ fi
 for family in ${FAMILIES:-gpt llama}; do
   for seed in 300 400; do trio "$family" iid 0.4 "$seed" agree_blend; done           # C1
   for fraction in 0.4 0.2; do trio "$family" iid "$fraction" 100 contest_flip; done  # C2
-  for attack in majority_only majority_weak majority_drift; do                      # C3
-    lora_sweep "$family" iid 0.4 100 "$attack" "${shipped[@]}"
-    lora_sweep "$family" iid 0.4 100 "$attack" "${candidate[@]}"
-  done
+  for attack in majority_only majority_weak majority_drift; do pair "$family" iid 0.4 100 "$attack"; done  # C3
   trio "$family" iid 0 100 none                                                       # C4
 done

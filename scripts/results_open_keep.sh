@@ -16,9 +16,7 @@ for family in ${FAMILIES:-gpt llama}; do
   for partition in iid noniid; do lora_sweep "$family" "$partition" 0.2 100 alie "${candidate[@]}"; done  # K1
   lora_sweep "$family" iid 0.4 100 majority_weak --methods fedavg                                          # K2
   lora_sweep "$family" iid 0.4 100 majority_weak "${candidate[@]}"
-  lora_sweep "$family" iid 0.4 100 weak_core --methods fedavg
-  lora_sweep "$family" iid 0.4 100 weak_core "${shipped[@]}"
-  lora_sweep "$family" iid 0.4 100 weak_core "${candidate[@]}"
+  trio "$family" iid 0.4 100 weak_core
   lora_sweep "$family" iid 0.4 100 minority_flip "${candidate[@]}"
   lora_sweep "$family" iid 0.4 100 target_corruption "${candidate[@]}"                                   # K3
   for partition in iid noniid; do lora_sweep "$family" "$partition" 0 100 none "${candidate[@]}"; done

@@ -320,6 +320,15 @@ def _tree_cut(rows: np.ndarray):
     return round_parts(units @ units.T, separation=FedLNS().separation)
 
 
+def _strong_core(rows: np.ndarray, core: np.ndarray) -> bool:
+    """Whether the server's cut of a round of flat updates (:func:`_tree_cut`) is apart with exactly ``core`` (N,) bool
+    as its coherent part, agreeing at least ``STRONG_CUT`` (mean cosine within)."""
+    from fedlns_core._cohort import STRONG_CUT
+
+    parts = _tree_cut(rows)
+    return parts is not None and parts.apart and parts.within >= STRONG_CUT and np.array_equal(parts.first, core)
+
+
 def _sending(global_params: dict, client_params: dict, ids, rows, keys) -> dict:
     """``client_params`` with the models of ``ids`` replaced by the global model plus their flat update rows."""
     return {**client_params, **{c: _model(global_params, _unflat(u, global_params, keys)) for c, u in zip(ids, rows)}}
@@ -1097,15 +1106,21 @@ class ContestFlip(AgreeBlend):
         if len(malicious) < 2 or len(benign) < self.least_benign:
             return AgreeBlend.craft(self, global_params, client_params, malicious, norm_keys, rng)
         keys = sorted(global_params)
+        attackers = self.order(malicious)
         honest = _stacked(global_params, client_params, benign, keys)
-        sent = self.flipped(honest, _stacked(global_params, client_params, malicious, keys), rng)
+        sent = self.flipped(honest, _stacked(global_params, client_params, attackers, keys), rng, benign, attackers)
         if sent is None:
             return AgreeBlend.craft(self, global_params, client_params, malicious, norm_keys, rng)
-        return _sending(global_params, client_params, malicious[: len(sent)], sent, keys)
+        return _sending(global_params, client_params, attackers[: len(sent)], sent, keys)
 
-    def flipped(self, honest: np.ndarray, poisoned: np.ndarray, rng) -> np.ndarray | None:
-        """The rows the first attackers send (the others send what they trained), or None for ``agree_blend``'s
-        round: here the cover."""
+    def order(self, malicious) -> list:
+        """The attackers in the order of the rows they send (``poisoned``'s): here the round's."""
+        return list(malicious)
+
+    def flipped(self, honest: np.ndarray, poisoned: np.ndarray, rng, benign, attackers) -> np.ndarray | None:
+        """The rows the first attackers (of ``order``) send, the others sending what they trained, or None for
+        ``agree_blend``'s round; ``benign`` and ``attackers`` are the ids of ``honest``'s and ``poisoned``'s rows.
+        Here the cover."""
         covers = self.flip(honest, poisoned)
         return None if covers is None else self.cover(honest, covers)
 
@@ -1150,7 +1165,7 @@ class MinorityFlip(ContestFlip):
     name = "minority_flip"
     least_benign = 3
 
-    def flipped(self, honest, poisoned, rng):
+    def flipped(self, honest, poisoned, rng, benign, attackers):
         """Every attacker's row: the cover and ``weak_core``'s rows, or where no cover does it ``agree_blend``'s
         rows from the same draws."""
         crafted = self.weak(honest, poisoned, rng)
@@ -1167,7 +1182,6 @@ class MinorityFlip(ContestFlip):
         ``poisoned``), and with them the most honest clients closest to the honest mean, with which the round's cut
         has those clients and the cover as a strong core of less than half of the round and every other client
         outside it; None where none does."""
-        from fedlns_core._cohort import STRONG_CUT, contested
         from fedlns_core._support import _unit
 
         units = _unit(honest)
@@ -1178,13 +1192,12 @@ class MinorityFlip(ContestFlip):
                 if 2 * (size + count) >= n:
                     continue  # contested, not a minority
                 chosen = np.sort(order[:size])
-                parts = _tree_cut(np.vstack([honest, ContestFlip.cover(honest[chosen], count), poisoned[count:]]))
-                if parts is None or not parts.apart or parts.within < STRONG_CUT or contested(parts, n):
-                    continue
                 expected = np.zeros(n, dtype=bool)
                 expected[chosen] = True
                 expected[len(honest) : len(honest) + count] = True
-                if np.array_equal(parts.first, expected):
+                if _strong_core(
+                    np.vstack([honest, ContestFlip.cover(honest[chosen], count), poisoned[count:]]), expected
+                ):
                     return chosen, count
         return None
 
@@ -1211,25 +1224,21 @@ class VictimFlip(MinorityFlip):
     def covering(client) -> bool:
         return int(client) % 2 == 0
 
-    def craft(self, global_params, client_params, malicious, norm_keys, rng):
-        from fedlns_core._cohort import STRONG_CUT
+    def order(self, malicious) -> list:
+        """The covers first."""
+        return sorted(malicious, key=lambda c: not self.covering(c))
 
-        benign = [c for c in client_params if c not in malicious]
-        if len(malicious) < 2 or len(benign) < self.least_benign:
-            return AgreeBlend.craft(self, global_params, client_params, malicious, norm_keys, rng)
-        keys = sorted(global_params)
-        attackers = sorted(malicious, key=lambda c: not self.covering(c))  # the covers first
+    def flipped(self, honest, poisoned, rng, benign, attackers):
+        """Every attacker's row: the victims' cover and ``weak_core``'s rows where the cut is as planned, else
+        ``agree_blend``'s rows from the same draws."""
+        crafted = self.weak(honest, poisoned, rng)
         covers = sum(1 for c in attackers if self.covering(c))
         victims = np.array([self.victim(c) for c in benign])
-        honest = _stacked(global_params, client_params, benign, keys)
-        crafted = self.weak(honest, _stacked(global_params, client_params, attackers, keys), rng)
         if victims.any() and 0 < covers < len(attackers):
             rows = np.vstack([self.cover(honest[victims], covers), WeakCore.lean(self, crafted, honest)[covers:]])
-            parts = _tree_cut(np.vstack([honest, rows]))
-            core = np.concatenate([victims, np.arange(len(attackers)) < covers])
-            if parts is not None and parts.apart and parts.within >= STRONG_CUT and np.array_equal(parts.first, core):
-                return _sending(global_params, client_params, attackers, rows, keys)
-        return _sending(global_params, client_params, attackers, self.lean(crafted, honest), keys)
+            if _strong_core(np.vstack([honest, rows]), np.concatenate([victims, np.arange(len(attackers)) < covers])):
+                return rows
+        return self.lean(crafted, honest)
 
 
 def _mean_cosine(units: np.ndarray) -> float:

@@ -112,6 +112,8 @@ COHORT_OPTIONS = {
     "cohort_strong_minority": COHORT_STRONG_MINORITY,
     "cohort_open": COHORT_OPEN,
 }
+#: ``fedlns_default``'s settings that are a share in [0, 1] (``Config.validate`` checks them).
+SHARES = ("quorum", "cohort_margin", "cohort_balance")
 
 
 #: The server's settings that an attack written against them reads, whatever the method: they name its runs.
@@ -123,22 +125,7 @@ ATTACK_READS: dict[str, tuple[str, ...]] = {
 #: The attacks written against the cohort rule's cut.
 CUT_ATTACKS = tuple(attack for attack, read in ATTACK_READS.items() if "cohort_cut" in read)
 
-#: Settings of method ``fedlns_default`` alone: other methods' run names leave them out.
-DEFAULT_METHOD_KEYS = (
-    "default_rule",
-    "cohort_undecided",
-    "default_clip",
-    "default_warmup",
-    "cohort_vote",
-    "cohort_weight",
-    "cohort_margin",
-    "cohort_balance",
-    "cohort_contested",
-    "cohort_strong_minority",
-    "cohort_open",
-    "quorum",
-)
-#: Of those, the ones a run of another method may not change (the others keep their archived values: LEGACY).
+#: Settings of method ``fedlns_default`` that a run of another method may not change.
 DEFAULT_METHOD_ONLY = (
     "default_clip",
     "default_warmup",
@@ -149,6 +136,9 @@ DEFAULT_METHOD_ONLY = (
     "cohort_open",
     "quorum",
 )
+#: Settings of method ``fedlns_default`` alone: other methods' run names leave them out. Besides those above, the ones
+#: other methods' runs carry at their archived values (LEGACY).
+DEFAULT_METHOD_KEYS = ("default_rule", "cohort_undecided", "cohort_vote", "cohort_weight", *DEFAULT_METHOD_ONLY)
 
 #: Settings whose default changed when they were added: the value every run made before then had. Archived runs
 #: load with it, and run names hash a setting only where it differs from it, so their names stay theirs.
@@ -373,9 +363,10 @@ class Config:
                 (getattr(self, key) in options, f"{key} must be one of {options}, got {getattr(self, key)!r}")
                 for key, options in COHORT_OPTIONS.items()
             ),
-            (0.0 <= self.quorum <= 1.0, f"quorum must be in [0, 1], got {self.quorum}"),
-            (0.0 <= self.cohort_margin <= 1.0, f"cohort_margin must be in [0, 1], got {self.cohort_margin}"),
-            (0.0 <= self.cohort_balance <= 1.0, f"cohort_balance must be in [0, 1], got {self.cohort_balance}"),
+            *(
+                (0.0 <= getattr(self, key) <= 1.0, f"{key} must be in [0, 1], got {getattr(self, key)}")
+                for key in SHARES
+            ),
             (
                 self.default_clip in ("median", "none"),
                 f"default_clip must be median or none, got {self.default_clip!r}",

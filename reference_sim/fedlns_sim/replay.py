@@ -51,7 +51,7 @@ from scipy.spatial.distance import squareform
 from fedlns_core import MixtureDecision, bic_gmm_retain, deviation_scores, median_mad, standardize
 from fedlns_core._cohort import CohortGraph, CohortOutcome, cohort_rule
 from fedlns_core._rules import RuleOutcome, guarded_rule
-from fedlns_core._settings import options
+from fedlns_core._settings import PARAMETER_CONSTRAINTS, Interval, options
 from fedlns_core._support import SupportOutcome, _unit, recent_rows, support_rule
 
 from .report.stats import kept_attackers_only
@@ -172,8 +172,12 @@ NAMED_VARIANTS = {
     "open": ("cohort_open", "open_round_rule"),
 }
 
-#: Of those, the ones whose VALUE is a number.
-NUMBER_VARIANTS = ("margin", "balance")
+#: Of those, the ones whose VALUE is a number (their setting's constraint an interval, not a set of strings).
+NUMBER_VARIANTS = tuple(
+    option
+    for option, (setting, _) in NAMED_VARIANTS.items()
+    if any(isinstance(constraint, Interval) for constraint in PARAMETER_CONSTRAINTS[setting])
+)
 
 
 def replay_support(run_dir: Path, variant: str = "support") -> list[dict]:
