@@ -12,7 +12,9 @@ A DoRA module also learns a magnitude per output direction (``lora_magnitude_vec
 change is taken as it is, like a normalization parameter's (eq. ``sig_layer``). PEFT's other factor pairs have the
 same shapes and are read the same way: a LoRA embedding (``lora_embedding_A``, (r, vocabulary), and
 ``lora_embedding_B``, (d_embed, r): one value per token and per embedding direction) and AdaLoRA's ``lora_A`` and
-``lora_B`` (named without ``.weight``; its r singular values ``lora_E`` are left to the update sketches).
+``lora_B`` (named without ``.weight``; its r singular values ``lora_E`` are left to the update sketches). A
+convolution's factors, (r, c_in, *kernel) and (c_out, r, 1, ...), are read as their matrices, (r, c_in x kernel
+positions) and (c_out, r).
 
 ``d_in + d_out`` numbers per module instead of ``r (d_in + d_out)``, unchanged by any rotation of the rank
 space (``dA -> Q dA``, ``dB -> dB Q^T`` with ``Q`` orthogonal leaves every norm as it is), and linear in the
@@ -25,6 +27,7 @@ full-update sketches of the default retain rule look at directions (``docs/attac
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 
@@ -69,8 +72,11 @@ def lora_pairs(params: Mapping[str, np.ndarray]) -> list[tuple[str, str]]:
         if twin not in params:
             continue
         a, b = np.shape(params[key]), np.shape(params[twin])
-        if len(a) != 2 or len(b) != 2 or a[0] != b[1]:
-            raise ValueError(f"LoRA factors {key!r} {a} and {twin!r} {b} are not (r, d_in) and (d_out, r)")
+        if len(a) < 2 or len(a) != len(b) or a[0] != b[1]:
+            raise ValueError(
+                f"LoRA factors {key!r} {a} and {twin!r} {b} are not (r, d_in) and (d_out, r), "
+                "nor a convolution's (r, c_in, *kernel) and (c_out, r, *ones)"
+            )
         pairs.append((key, twin))
     return pairs
 
@@ -83,13 +89,14 @@ def lora_entries(pairs: Iterable[tuple[str, str]], params: Mapping[str, np.ndarr
     entries = []
     for a, b in pairs:
         d_out = int(np.shape(params[b])[0])
-        entries.append((a + COLUMN_NORMS, a, "columns", int(np.shape(params[a])[1])))
+        d_in = math.prod(np.shape(params[a])[1:])  # a convolution's input channels times its kernel positions
+        entries.append((a + COLUMN_NORMS, a, "columns", d_in))
         entries.append((b + ROW_NORMS, b, "rows", d_out))
         found = _LORA_A.match(a)
         assert found is not None  # pairs holds only names _LORA_A matched
         module, adapter = found["module"], _adapter(found["rest"])
         for magnitude in (f"{module}.{MAGNITUDE}{adapter}.weight", f"{module}.{MAGNITUDE}"):
-            if magnitude in params and np.shape(params[magnitude]) == (d_out,):
+            if magnitude in params and np.size(params[magnitude]) == d_out:  # a convolution's is (1, d_out, 1, ...)
                 entries.append((magnitude, magnitude, "magnitude", d_out))
                 break
     return entries
@@ -128,4 +135,5 @@ def change_norms(client: np.ndarray, reference: np.ndarray, statistic: str, out:
     """
     dtype = np.result_type(client, reference, np.float32)
     change = np.subtract(client, reference, dtype=dtype if dtype.itemsize <= 4 else np.float64)
+    change = change.reshape(change.shape[0], -1)  # a convolution's factor as its matrix (a view)
     np.sqrt(np.einsum("ij,ij->j" if statistic == "columns" else "ij,ij->i", change, change), out=out)

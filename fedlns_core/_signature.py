@@ -263,10 +263,11 @@ class SignatureLayout:
         """The client's signature, flattened in ``keys`` order, into the float64 array ``out`` of length
         :attr:`width` (for norm entries the values of :func:`flat_signature`)."""
         offset = 0
-        for shape, size, source, statistic in zip(self.shapes, self.sizes, self.sources, self.statistics):
+        for size, source, statistic in zip(self.sizes, self.sources, self.statistics):
             part = out[offset : offset + size]
             if statistic in ("delta", "magnitude"):
-                np.subtract(client_params[source], global_params[source], out=part.reshape(shape), dtype=np.float64)
+                destination = part.reshape(np.shape(global_params[source]))  # a convolution's DoRA magnitude is 4-D
+                np.subtract(client_params[source], global_params[source], out=destination, dtype=np.float64)
             else:
                 change_norms(client_params[source], global_params[source], statistic, part)
             offset += size
@@ -352,9 +353,11 @@ def _layout_from_names(names: Sequence[str], global_params: Mapping[str, np.ndar
             )
         shape = np.shape(global_params[source])
         if suffix:
-            if len(shape) != 2:
-                raise ValueError(f"the history bank's LoRA entry {name!r} needs a 2-D {source!r}, got {shape}")
-            shape = (shape[1],) if _LORA_STATISTICS[suffix] == "columns" else (shape[0],)
+            if len(shape) < 2:
+                raise ValueError(f"the history bank's LoRA entry {name!r} needs a factor {source!r}, got {shape}")
+            shape = (math.prod(shape[1:]),) if _LORA_STATISTICS[suffix] == "columns" else (shape[0],)
+        elif _is_magnitude(name):
+            shape = (math.prod(shape),)  # as lora_entries lays it out
         keys.append(name)
         shapes.append(tuple(shape))
         sources.append(source)

@@ -8,6 +8,7 @@ will be removed.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 
@@ -19,6 +20,11 @@ from ._signature import NormSelector
 #: Key infix of the signature entries :func:`lora_signature` returns.
 LORA_SIGNATURE_INFIX = ".lora_signature."
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+
+
+def _length(shape: tuple[int, ...], axis: int) -> int:
+    """How many norms a factor of ``shape`` gives: its columns (``axis`` 1, a convolution's flattened) or rows."""
+    return math.prod(shape[1:]) if axis == 1 else shape[0]
 
 
 def _deprecated(name: str) -> None:
@@ -65,10 +71,10 @@ def lora_signature(global_params: Mapping[str, np.ndarray], client_params: Mappi
                         f"client {client!r}: {module + suffix!r} has shape {value.shape}, the global "
                         f"one {reference.shape}"
                     )
-                views[client][f"{module}{LORA_SIGNATURE_INFIX}{part}"] = out = np.empty(reference.shape[axis])
+                views[client][f"{module}{LORA_SIGNATURE_INFIX}{part}"] = out = np.empty(_length(reference.shape, axis))
                 change_norms(value, reference, statistic, out)
     zeros = {
-        f"{module}{LORA_SIGNATURE_INFIX}{part}": np.zeros(np.shape(global_params[module + suffix])[axis])
+        f"{module}{LORA_SIGNATURE_INFIX}{part}": np.zeros(_length(np.shape(global_params[module + suffix]), axis))
         for module in modules
         for part, suffix, axis in (("A", _A, 1), ("B", _B, 0))
     }

@@ -103,6 +103,28 @@ def test_peft_embedding_and_adalora_factors_are_pairs_too(adapter):
     assert rows["c"][17] == pytest.approx(5.0)
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([(3,), (3, 3), (1, 2, 2)]))
+def test_a_convolutions_factors_read_as_their_matrices(seed, kernel):
+    """PEFT's LoRA on a convolution sends A as (r, c_in, *kernel) and B as (c_out, r, 1, ...): its signature is the
+    signature of the same factors flattened to (r, c_in * kernel) and (c_out, r), one column norm per input channel
+    and kernel position, in the same order, and the bank reads such a payload again after a save."""
+    rng = np.random.default_rng(seed)
+    r, c_in, c_out = 4, 3, 5
+    conv = {"conv.lora_A.weight": rng.normal(size=(r, c_in, *kernel)).astype(np.float32),
+            "conv.lora_B.weight": rng.normal(size=(c_out, r, *(1 for _ in kernel))).astype(np.float32)}
+    flat = {key: value.reshape(value.shape[0], -1) for key, value in conv.items()}
+    client = {key: value + rng.normal(size=value.shape).astype(np.float32) for key, value in conv.items()}
+    keys, rows = FedLNS(signature="lora").client_signatures(conv, {"c": client})
+    flat_keys, flat_rows = FedLNS(signature="lora").client_signatures(
+        flat, {"c": {key: value.reshape(value.shape[0], -1) for key, value in client.items()}})
+    assert keys == flat_keys and rows["c"].shape == (c_in * int(np.prod(kernel)) + c_out,)
+    np.testing.assert_array_equal(rows["c"], flat_rows["c"])
+    bad = {**conv, "conv.lora_B.weight": conv["conv.lora_B.weight"].reshape(c_out, r)}    # B flattened, A not
+    with pytest.raises(ValueError, match="nor a convolution's"):
+        lora_pairs(bad)
+
+
 def test_auto_uses_both_when_norms_are_trained_and_lora_alone_when_they_come_back_unchanged():
     rng = np.random.default_rng(2)
     g = with_norms(lora_payload(rng), rng)

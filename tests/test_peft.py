@@ -150,6 +150,27 @@ def test_lora_signature_reads_embedding_and_adalora_factors(kind):
     assert result.signature == "lora" and len(result.retained) + len(result.rejected) == len(clients)
 
 
+@pytest.mark.parametrize("dora", [False, True])
+def test_lora_on_convolutions_is_screened(dora):
+    """PEFT's LoRA on ``Conv2d`` layers sends 4-D factors (and DoRA a (1, c_out, 1, 1) magnitude); ``signature="auto"``
+    reads them (one column norm per input channel and kernel position, one row norm, and one magnitude, per output
+    channel), screens a second round from the bank's layout, and rejects an attacker that moves them far more."""
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 6, 3))
+    model = get_peft_model(base, LoraConfig(r=2, target_modules=["0", "2"], use_dora=dora))
+    payload = peft_state_dict_to_numpy(model)
+    assert {value.ndim for value in payload.values()} == {4} and set(lora_parameter_names(model)) == set(payload)
+    rng = np.random.default_rng(0)
+    screener = FedLNS(activation_threshold=8, random_state=0)
+    for start in (0, 8):
+        clients = {i: {key: value + (0.05 if i == 15 else 1e-3) * rng.standard_normal(value.shape).astype(value.dtype)
+                       for key, value in payload.items()} for i in range(start, start + 8)}
+        result = screener.screen(payload, clients, {i: 10 for i in clients})
+    _, rows = screener.client_signatures(payload, {0: payload})
+    assert result.signature == "lora" and rows[0].shape == (3 * 9 + 8 + 8 * 9 + 6 + (8 + 6 if dora else 0),)
+    assert list(result.rejected) == [15]
+
+
 def test_ia3_vectors_are_read_when_the_selector_names_them():
     """IA3 sends per-channel scaling vectors, neither LoRA factors nor norms: ``"auto"`` says so and what to pass,
     and with a selector that names them they are read as a normalization parameter's change is."""
