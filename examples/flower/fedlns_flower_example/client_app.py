@@ -52,6 +52,7 @@ def train_reply(message: Message, context: Context, settings) -> Message:
         # Ground truth for tests and demos only; the server never reads it.
         record = {"node_id": int(context.node_id), "partition_id": partition_id, "attacker": attacker}
         path = Path(str(settings["record-dir"])) / f"node-{context.node_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record), encoding="utf-8")
     content = RecordDict(
         {

@@ -33,7 +33,9 @@ def train_reply(message: Message, context: Context, settings) -> Message:
     if settings["record-dir"]:
         # Ground truth for tests and demos only; the server never reads it.
         record = {"node_id": int(context.node_id), "partition_id": partition_id, "attacker": attacker}
-        (Path(str(settings["record-dir"])) / f"node-{context.node_id}.json").write_text(json.dumps(record))
+        folder = Path(str(settings["record-dir"]))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"node-{context.node_id}.json").write_text(json.dumps(record), encoding="utf-8")
     content = RecordDict({
         "arrays": numpy_to_arrayrecord(peft_state_dict_to_numpy(model)),
         "metrics": MetricRecord({"train-loss": loss, "num-examples": num_examples}),
