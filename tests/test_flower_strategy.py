@@ -247,6 +247,26 @@ def test_configure_evaluate_and_summary_pass_through(caplog):
     assert "Weighted by: 'tokens'" in caplog.text  # the inner summary ran too
 
 
+@pytest.mark.parametrize("threshold", [100, len(BENIGN + ATTACKERS)])
+def test_a_federation_too_small_to_activate_the_screener_is_warned_about_once(caplog, threshold):
+    """FedLNS()'s activation_threshold is 100: a user with ten nodes is never screened, and is told so at the first
+    round (once); every warm-up round says its replies were aggregated unscreened, not that they were retained."""
+    inner = FedAvg(min_available_nodes=1, min_train_nodes=1)
+    screener = FedLNS(selector=NormSelector(keys=NORM_KEYS), activation_threshold=threshold, random_state=0)
+    strategy = FedLNSStrategy(strategy=inner, screener=screener)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        for server_round in (1, 2):
+            configure(strategy, server_round)
+            strategy.aggregate_train(server_round, [reply(node) for node in BENIGN + ATTACKERS])
+    warnings = caplog.text.count("FedLNS will not screen yet: activation_threshold=100, but the grid has 10 nodes")
+    assert warnings == (1 if threshold == 100 else 0)
+    if threshold == 100:
+        assert caplog.text.count("warming up (bank 10 of activation_threshold=100): 10 of 10 replies aggregated") == 2
+        assert "FedLNS.for_federation(num_clients, clients_per_round)" in caplog.text
+    else:
+        assert "warming up" not in caplog.text and "retained" in caplog.text
+
+
 def test_count_is_read_from_the_inner_weighted_by_key():
     strategy = FedLNSStrategy(strategy=FedAvg(weighted_by_key="tokens"), screener=make_screener(activation_threshold=50))
     configure(strategy)

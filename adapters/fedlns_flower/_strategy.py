@@ -103,6 +103,7 @@ class FedLNSStrategy(Strategy):
         self.log_path = log_path
         self.results: list[dict] = []
         self._state_checked = False
+        self._size_checked = False
         self._current_arrays: ArrayRecord | None = None
         self._current_round: int | None = None
         self._sent_to: set[int] = set()
@@ -130,6 +131,7 @@ class FedLNSStrategy(Strategy):
     ) -> Iterable[Message]:
         """Remember the arrays sent this round (the paper's w_t) and to whom, then pass through."""
         self._resume_state()
+        self._warn_if_too_few_nodes(grid)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._current_arrays = arrays
         self._current_round = server_round
@@ -222,15 +224,27 @@ class FedLNSStrategy(Strategy):
             log(INFO, "FedLNS round %d: %s (bank %d); arrays unchanged", server_round, state, result.bank_size)
             return self._current_arrays, self._metrics(result, dropped, MetricRecord())
 
-        log(
-            INFO,
-            "FedLNS round %d: retained %d of %d replies (components=%s, bank %d)",
-            server_round,
-            len(result.retained),
-            len(replies),
-            result.n_components,
-            result.bank_size,
-        )
+        if not result.active:
+            log(
+                INFO,
+                "FedLNS round %d: warming up (bank %d of activation_threshold=%d): %d of %d replies aggregated "
+                "unscreened",
+                server_round,
+                result.bank_size,
+                self.screener.activation_threshold,
+                len(result.retained),
+                len(replies),
+            )
+        else:
+            log(
+                INFO,
+                "FedLNS round %d: retained %d of %d replies (components=%s, bank %d)",
+                server_round,
+                len(result.retained),
+                len(replies),
+                result.n_components,
+                result.bank_size,
+            )
         retained = self._canonical_replies(result, readable)
         arrays, metrics = self.strategy.aggregate_train(server_round, retained)
         return arrays, self._metrics(result, dropped, metrics or MetricRecord())
@@ -287,6 +301,30 @@ class FedLNSStrategy(Strategy):
             arrays_record = next(iter(message.content.array_records.values()))
             out.append(canonical_reply(message, arrays_record, metric_keys, (self.weighted_by_key, count)))
         return out
+
+    def _warn_if_too_few_nodes(self, grid: Grid) -> None:
+        """Once, at the first round: warn when the bank and the grid's nodes together cannot activate screening."""
+        if self._size_checked:
+            return
+        self._size_checked = True
+        threshold = self.screener.activation_threshold
+        if len(self.screener.bank) >= threshold:
+            return
+        try:
+            known = set(self.screener.bank.ids) | {int(node) for node in grid.get_node_ids()}
+        except Exception:  # noqa: BLE001 - a warning must never stop the ServerApp
+            return
+        if len(known) < threshold:
+            log(
+                WARNING,
+                "FedLNS will not screen yet: activation_threshold=%d, but the grid has %d nodes (bank %d); until "
+                "that many distinct clients have replied every reply is %s. "
+                "FedLNS.for_federation(num_clients, clients_per_round) plans the threshold for a federation",
+                threshold,
+                len(known),
+                len(self.screener.bank),
+                "aggregated unscreened" if self.screener.warmup == "aggregate" else "held (arrays unchanged)",
+            )
 
     def _resume_state(self) -> None:
         """Load the saved screener once, at the first round, if ``state_path`` exists."""
