@@ -901,7 +901,7 @@ class FedLNS:
             except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
                 raise ValueError(f"round {round_index} cannot be screened, nothing was changed: {error}") from error
             label_of = dict(zip(canonical, labels.tolist()))
-            reason_of = dict(zip(canonical, reasons))
+            reason_of = dict(zip(canonical, (_worded(reason, signature.kind) for reason in reasons)))
             retained = tuple(client_id for client_id in valid if label_of[client_id] == 0)
             for client_id in valid:
                 if label_of[client_id] != 0:
@@ -1207,3 +1207,13 @@ def _selector_from_config(config) -> NormSelector:
 
 
 _DEFAULTS = FedLNS().get_params()
+
+
+#: How a reason names the signature it read where that is not the paper's normalization change.
+_SIGNATURE_NOUNS = {"lora": "LoRA", "lora+norm": "LoRA and normalization"}
+
+
+def _worded(reason: str, kind: str) -> str:
+    """``reason`` naming the signature of kind ``kind`` (``"loud LoRA change ..."`` for a LoRA signature)."""
+    noun = _SIGNATURE_NOUNS.get(kind)
+    return reason if noun is None else reason.replace("normalization change", f"{noun} change")

@@ -184,6 +184,7 @@ def test_attackers_that_move_their_adapters_far_more_are_rejected_and_the_entry_
     assert result.active and list(result.rejected) == [33], result.explain()
     assert result.deviant_entries[33] == "layers.1.q_proj.lora_B.weight row norms"
     assert "largest deviation in layers.1.q_proj.lora_B.weight row norms" in result.explain()
+    assert result.rejected[33].startswith("screened: loud LoRA change (delta"), result.rejected[33]
     merged = result.aggregate(g, sent)
     assert set(merged) == set(g)                                        # the real payloads are aggregated
 

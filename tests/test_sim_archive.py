@@ -214,3 +214,19 @@ def test_check_study_names_finds_the_archived_runs_a_command_no_longer_names(tmp
     assert "1 of 2 archived runs named" in out                  # FedAvg's run does not read the cut
     assert "not named: gpt-iid-mal40-fedlns_default-" in out
     assert check_study_names.main([str(tmp_path / "results")]) == 2
+
+
+def test_verify_reads_a_reason_that_names_the_lora_signature_as_the_one_recorded_before():
+    """LoRA-signature runs archived before the reasons named the signature say "normalization change": the same
+    decision for the same reason; any other difference, a number in the reason included, still counts."""
+    from fedlns_sim.archive import first_difference
+
+    def record(reason):
+        return [{"round": 0}, {"round": 1, "rejected_reasons": {"7": reason}, "perplexity": 10.0}]
+
+    old = record("screened: loud normalization change (delta 6.53 above 1.1: 6 robust widths)")
+    assert first_difference(old, record("screened: loud LoRA change (delta 6.53 above 1.1: 6 robust widths)")) is None
+    assert first_difference(old, record("screened: loud LoRA and normalization change (delta 6.53 above 1.1: 6 "
+                                        "robust widths)")) is None
+    assert "rejected_reasons" in first_difference(old, record("screened: loud LoRA change (delta 6.54 above 1.1: 6 "
+                                                              "robust widths)"))

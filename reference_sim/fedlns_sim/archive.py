@@ -5,7 +5,8 @@ a run archived again is replaced): its ``config.json`` (without this machine's d
 names the text), its ``rounds.jsonl`` and a ``state.json`` with its round count (no checkpoint), so archived runs
 extracted into a runs folder count as finished for any sweep. ``dest/verify.txt`` lists the cells that
 ``verify`` re-runs. ``verify(dest)`` re-runs those cells from their stored configs and compares every recorded
-number except wall times, exactly.
+number except wall times, exactly, and every rejection reason (reading a LoRA signature's "LoRA change" as the
+"normalization change" that runs made before the reasons named the signature recorded).
 """
 
 from __future__ import annotations
@@ -207,6 +208,19 @@ def first_difference(expected: list[dict], actual: list[dict]) -> str | None:
         for key in sorted(set(old) | set(new)):
             if key in TIMINGS:
                 continue
-            if old.get(key) != new.get(key):
+            if _comparable(key, old.get(key)) != _comparable(key, new.get(key)):
                 return f"round {old.get('round')}: {key} was {old.get(key)!r}, now {new.get(key)!r}"
     return None
+
+
+def _comparable(key: str, value):
+    """``value`` as compared: a rejection reason with the signature named as the paper's ("normalization change";
+    runs of the LoRA signature made before the reasons named it say so), everything else as recorded."""
+    if key != "rejected_reasons" or not isinstance(value, dict):
+        return value
+    return {
+        client: reason.replace("LoRA and normalization change", "normalization change").replace(
+            "LoRA change", "normalization change"
+        )
+        for client, reason in value.items()
+    }
