@@ -194,6 +194,7 @@ class FedLNSAggregatorMixin:
         if resumed is not screener:
             logger.info("FedLNS: resumed screener from %s (round %d)", state_path, resumed.round_)
         self.screener = resumed
+        _warn_if_too_few_clients(resumed, getattr(args, "client_num_in_total", None))
         self.aggregator = aggregator
         self.state_path = state_path
         self.log_path = log_path
@@ -403,3 +404,16 @@ def _plain_id(client_id) -> ClientId:
     if isinstance(client_id, (numbers.Integral, np.integer)) and not isinstance(client_id, bool):
         return int(client_id)
     return client_id
+
+
+def _warn_if_too_few_clients(screener: FedLNS, total: Any) -> None:
+    """Warn when a federation of ``total`` clients (``args.client_num_in_total``) cannot activate screening."""
+    threshold = screener.activation_threshold
+    if isinstance(total, numbers.Integral) and not isinstance(total, bool) and total < threshold and len(screener.bank) < threshold:
+        logger.warning(
+            "FedLNS will not screen: activation_threshold=%d, but args.client_num_in_total=%d; every entry is %s. "
+            "FedLNS.for_federation(num_clients, clients_per_round) plans the threshold for a federation",
+            threshold,
+            total,
+            "aggregated unscreened" if screener.warmup == "aggregate" else "held (the global model unchanged)",
+        )

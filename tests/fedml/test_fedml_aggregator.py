@@ -1,6 +1,7 @@
 """FedLNSServerAggregator on hand-built (sample_num, state_dict) lists, as FedML's servers pass them."""
 
 import json
+import logging
 import types
 from collections import OrderedDict
 
@@ -42,8 +43,8 @@ def federation(model):
     return [entries[i] for i in order], [int(i) >= N_HONEST for i in order]
 
 
-def make_aggregator(model, client_ids=None, **kwargs):
-    args = types.SimpleNamespace()
+def make_aggregator(model, client_ids=None, args=None, **kwargs):
+    args = types.SimpleNamespace(**(args or {}))
     if client_ids is not None:
         args.client_id_list = json.dumps(client_ids)
     kwargs.setdefault("screener", FedLNS.paper(activation_threshold=10, random_state=0))
@@ -60,6 +61,17 @@ def empty_context():
     Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, None)
     yield
     Context().add(Context.KEY_CLIENT_ID_LIST_IN_THIS_ROUND, None)
+
+
+@pytest.mark.parametrize("total", [12, 100])
+def test_a_federation_too_small_to_activate_the_screener_is_warned_about(caplog, total):
+    """FedLNS()'s activation_threshold is 100: FedML's args say how many clients there are, so a federation of 12
+    that would never be screened is told so when the aggregator is built."""
+    with caplog.at_level(logging.WARNING, logger="fedlns_fedml"):
+        make_aggregator(make_model(), screener=FedLNS(random_state=0), args={"client_num_in_total": total})
+    warned = "FedLNS will not screen: activation_threshold=100, but args.client_num_in_total=12" in caplog.text
+    assert warned == (total == 12)
+    assert (total == 12) == ("FedLNS.for_federation(num_clients, clients_per_round)" in caplog.text)
 
 
 def test_positions_map_to_fedml_client_ids_and_deviants_are_rejected():
