@@ -409,7 +409,12 @@ def _plain_id(client_id) -> ClientId:
 def _warn_if_too_few_clients(screener: FedLNS, total: Any) -> None:
     """Warn when a federation of ``total`` clients (``args.client_num_in_total``) cannot activate screening."""
     threshold = screener.activation_threshold
-    if isinstance(total, numbers.Integral) and not isinstance(total, bool) and total < threshold and len(screener.bank) < threshold:
+    if (
+        isinstance(total, numbers.Integral)
+        and not isinstance(total, bool)
+        and total < threshold
+        and len(screener.bank) < threshold
+    ):
         logger.warning(
             "FedLNS will not screen: activation_threshold=%d, but args.client_num_in_total=%d; every entry is %s. "
             "FedLNS.for_federation(num_clients, clients_per_round) plans the threshold for a federation",
