@@ -258,7 +258,8 @@ def test_a_federation_too_small_to_activate_the_screener_is_warned_about_once(ca
         for server_round in (1, 2):
             configure(strategy, server_round)
             strategy.aggregate_train(server_round, [reply(node) for node in BENIGN + ATTACKERS])
-    warnings = caplog.text.count("FedLNS will not screen yet: activation_threshold=100, but the grid has 10 nodes")
+    warnings = caplog.text.count("FedLNS will not screen yet: activation_threshold=100, but the grid's nodes and the bank "
+                               "know 10 clients")
     assert warnings == (1 if threshold == 100 else 0)
     if threshold == 100:
         assert caplog.text.count("warming up (bank 10 of activation_threshold=100): 10 of 10 replies aggregated") == 2

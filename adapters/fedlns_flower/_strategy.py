@@ -317,12 +317,11 @@ class FedLNSStrategy(Strategy):
         if len(known) < threshold:
             log(
                 WARNING,
-                "FedLNS will not screen yet: activation_threshold=%d, but the grid has %d nodes (bank %d); until "
-                "that many distinct clients have replied every reply is %s. "
+                "FedLNS will not screen yet: activation_threshold=%d, but the grid's nodes and the bank know %d "
+                "clients; until that many distinct clients have replied every reply is %s. "
                 "FedLNS.for_federation(num_clients, clients_per_round) plans the threshold for a federation",
                 threshold,
                 len(known),
-                len(self.screener.bank),
                 "aggregated unscreened" if self.screener.warmup == "aggregate" else "held (arrays unchanged)",
             )
 
