@@ -102,8 +102,7 @@ class FedLNSStrategy(Strategy):
         self.state_path = state_path
         self.log_path = log_path
         self.results: list[dict] = []
-        self._state_checked = False
-        self._size_checked = False
+        self._started = False  # the first configure_train resumes the saved state and checks the grid's size
         self._current_arrays: ArrayRecord | None = None
         self._current_round: int | None = None
         self._sent_to: set[int] = set()
@@ -130,8 +129,10 @@ class FedLNSStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Remember the arrays sent this round (the paper's w_t) and to whom, then pass through."""
-        self._resume_state()
-        self._warn_if_too_few_nodes(grid)
+        if not self._started:
+            self._started = True
+            self._resume_state()
+            self._warn_if_too_few_nodes(grid)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self._current_arrays = arrays
         self._current_round = server_round
@@ -303,10 +304,7 @@ class FedLNSStrategy(Strategy):
         return out
 
     def _warn_if_too_few_nodes(self, grid: Grid) -> None:
-        """Once, at the first round: warn when the bank and the grid's nodes together cannot activate screening."""
-        if self._size_checked:
-            return
-        self._size_checked = True
+        """Warn when the bank and the grid's nodes together cannot activate screening (at the first round)."""
         threshold = self.screener.activation_threshold
         if len(self.screener.bank) >= threshold:
             return
@@ -326,10 +324,7 @@ class FedLNSStrategy(Strategy):
             )
 
     def _resume_state(self) -> None:
-        """Load the saved screener once, at the first round, if ``state_path`` exists."""
-        if self._state_checked:
-            return
-        self._state_checked = True
+        """Load the saved screener (at the first round) if ``state_path`` exists."""
         resumed = self.journal.resume(self.screener)
         if resumed is not self.screener:
             self.screener = resumed
