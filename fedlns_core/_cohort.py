@@ -588,6 +588,7 @@ def cohort_rule(
     open_round_rule: str = "support",
     decide: bool = True,
     bank_sketches: np.ndarray | None = None,
+    change: str = "normalization change",
 ) -> CohortOutcome:
     """Decide a round by its parts and the cohort graph (``decide=False``: only stage the graph, keep everyone).
 
@@ -654,6 +655,8 @@ def cohort_rule(
         Default: the median count of nonzero sketch entries in the round, the sketch's length for an update of
         more coordinates than it has, fewer where only a few coordinates moved (a small adapter in a frozen
         model: its sketch is zero wherever no moved coordinate folds).
+    change : str, default="normalization change"
+        What the scores measure, as the reasons name it (``"LoRA change"`` for the LoRA signature).
     """
     n = len(ids)
     units = _unit(sketches)
@@ -739,7 +742,7 @@ def cohort_rule(
                 far, above_or_below, typical = told
                 rejected_part = members[far]
                 why = (
-                    f"whose normalization changes all lie {above_or_below} the other part's and further from the "
+                    f"whose {change}s all lie {above_or_below} the other part's and further from the "
                     f"bank's typical delta {typical:.3g}, in a round no cohort of the history can decide"
                 )
         elif out is not None:
@@ -773,7 +776,7 @@ def cohort_rule(
             support[i] = float(cosines[i, others].mean())
     loud_threshold = None
     if decide:
-        loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons)
+        loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons, change)
     retained = np.array([not reason for reason in reasons], dtype=bool)
     # an open round nothing above decided goes to the support rule, or with open_round_rule="keep" is kept whole
     fallback = undecided == "support" or (undecided == "hold_contested" and open_round_rule == "support")

@@ -805,6 +805,7 @@ class FedLNS:
             round=round_index, bank_size=len(refresh), signature_keys=keys, signature=signature.kind
         )
         warming_up = len(refresh) < settings["activation_threshold"] and settings["warmup"] != "screen"
+        change = _CHANGES.get(signature.kind, "normalization change")  # what the reasons name the signature's reading
         cohort = None
         if settings["retain_rule"] == "cohort" and canonical:
             #    The cohort rule learns from every round, warm-up included; it decides only once active.
@@ -832,6 +833,7 @@ class FedLNS:
                 open_round_rule=settings["cohort_open"],
                 decide=not warming_up,
                 bank_sketches=bank_rows[:, :-2],
+                change=change,
             )
         if warming_up:
             retained = tuple(valid) if settings["warmup"] == "aggregate" else ()
@@ -878,6 +880,7 @@ class FedLNS:
                         max_groups=settings["max_groups"],
                         separation=settings["separation"],
                         loud_separation=settings["loud_separation"],
+                        change=change,
                     )
                     labels, n_components, bic = (~outcome.retained).astype(int), None, None
                     reasons = [f"screened: {reason}" if reason else "" for reason in outcome.reasons]
@@ -901,7 +904,7 @@ class FedLNS:
             except (ValueError, FloatingPointError, ArithmeticError, np.linalg.LinAlgError) as error:
                 raise ValueError(f"round {round_index} cannot be screened, nothing was changed: {error}") from error
             label_of = dict(zip(canonical, labels.tolist()))
-            reason_of = dict(zip(canonical, (_worded(reason, signature.kind) for reason in reasons)))
+            reason_of = dict(zip(canonical, reasons))
             retained = tuple(client_id for client_id in valid if label_of[client_id] == 0)
             for client_id in valid:
                 if label_of[client_id] != 0:
@@ -1209,11 +1212,5 @@ def _selector_from_config(config) -> NormSelector:
 _DEFAULTS = FedLNS().get_params()
 
 
-#: How a reason names the signature it read where that is not the paper's normalization change.
-_SIGNATURE_NOUNS = {"lora": "LoRA", "lora+norm": "LoRA and normalization"}
-
-
-def _worded(reason: str, kind: str) -> str:
-    """``reason`` naming the signature of kind ``kind`` (``"loud LoRA change ..."`` for a LoRA signature)."""
-    noun = _SIGNATURE_NOUNS.get(kind)
-    return reason if noun is None else reason.replace("normalization change", f"{noun} change")
+#: How a reason names what a signature reads where that is not the paper's normalization change.
+_CHANGES = {"lora": "LoRA change", "lora+norm": "LoRA and normalization change"}

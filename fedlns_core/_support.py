@@ -270,6 +270,7 @@ def support_rule(
     max_groups: int,
     separation: float,
     loud_separation: float,
+    change: str = "normalization change",
 ) -> SupportOutcome:
     """Decide a round by the population's groups of full updates and the loud-normalization test.
 
@@ -284,6 +285,8 @@ def support_rule(
     stamps, bank_scores : (B,), (B,)
         The round each bank entry was last refreshed in and the score it was screened with; the ``recent``
         latest entries are grouped, and their scores are the loud test's reference.
+    change : str
+        What the signature reads, as the reasons name it (``"LoRA change"`` for the LoRA signature).
     """
     n = scores.shape[0]
     reasons = [""] * n
@@ -314,14 +317,21 @@ def support_rule(
                         f"entries, whose own is {groups.within:.3g})"
                     )
                     break
-    loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons)
+    loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons, change)
     retained = np.array([not reason for reason in reasons], dtype=bool)
     return SupportOutcome(retained, tuple(reasons), support, groups, loud_threshold)
 
 
-def loud_reasons(scores: np.ndarray, reference: np.ndarray, loud_separation: float, reasons: list) -> float | None:
-    """Mark (in ``reasons``, where still empty) the scores more than ``loud_separation`` robust widths (1.4826
-    MAD) above the median of the ``reference`` scores; return that threshold (None where they have no spread)."""
+def loud_reasons(
+    scores: np.ndarray,
+    reference: np.ndarray,
+    loud_separation: float,
+    reasons: list,
+    change: str = "normalization change",
+) -> float | None:
+    """Mark (in ``reasons``, where still empty, as a loud ``change``) the scores more than ``loud_separation`` robust
+    widths (1.4826 MAD) above the median of the ``reference`` scores; return that threshold (None where they have no
+    spread)."""
     reference = reference[np.isfinite(reference)]
     centre = float(np.median(reference)) if reference.size else 0.0
     spread = 1.4826 * float(np.median(np.abs(reference - centre))) if reference.size else 0.0
@@ -329,7 +339,7 @@ def loud_reasons(scores: np.ndarray, reference: np.ndarray, loud_separation: flo
     if threshold is not None:
         for i in np.flatnonzero(scores > threshold).tolist():
             reasons[i] = reasons[i] or (
-                f"loud normalization change (delta {scores[i]:.3g} above "
+                f"loud {change} (delta {scores[i]:.3g} above "
                 f"{threshold:.3g}: {loud_separation:g} robust widths over "
                 f"the bank's median {centre:.3g})"
             )
