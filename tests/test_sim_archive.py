@@ -118,6 +118,22 @@ def test_archived_runs_extracted_into_a_runs_folder_are_skipped_by_a_sweep(tmp_p
     assert "sweep: 0 ran, 2 already finished" in capsys.readouterr().out
 
 
+def test_a_sweep_skips_a_finished_run_of_the_same_experiment_under_another_name(tmp_path, capsys):
+    """Runs archived under an earlier naming scheme (the hash of every setting) are found by their configs."""
+    runs = tmp_path / "runs"
+    _sweep(runs)
+    (fedlns,) = runs.glob("gpt-*-fedlns-*")
+    fedlns.rename(runs / "gpt-iid-mal40-fedlns-act30-seed100-0123abcd")
+    capsys.readouterr()
+    _sweep(runs)
+    assert "sweep: 0 ran, 2 already finished" in capsys.readouterr().out
+    state = runs / "gpt-iid-mal40-fedlns-act30-seed100-0123abcd" / "state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "round": 2}))   # unfinished: made again
+    _sweep(runs)
+    assert "sweep: 1 ran, 1 already finished" in capsys.readouterr().out
+    assert fedlns.is_dir()
+
+
 def test_appending_to_an_archive_keeps_its_runs_first_and_unchanged(tmp_path):
     """A results folder grows sweep by sweep: the runs it held stay, in their order, byte for byte."""
     runs, results = tmp_path / "runs", tmp_path / "results"
@@ -193,26 +209,36 @@ def test_archive_refuses_an_archived_run_without_records(tmp_path):
         archive(results, tmp_path / "again")
 
 
-def test_check_study_names_finds_the_archived_runs_a_command_no_longer_names(tmp_path, capsys):
-    # scripts/check_study_names.py: a study command's sweeps, run by a stand-in that only names their runs, against
-    # the run names a results folder holds; a setting the command changes since renames (only) the runs it reaches.
+def test_check_study_names_finds_the_archived_runs_a_command_no_longer_makes(tmp_path, capsys):
+    # scripts/check_study_names.py: a study command's sweeps, run by a stand-in that only lists their runs, against
+    # the runs a results folder holds; a setting the command changes since renames (only) the runs it reaches.
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
     import check_study_names
 
     command = ["bash", "-c", '"$FEDLNS_SIM" sweep --preset smoke --families gpt --methods fedavg,fedlns_default '
                f'--seeds 100 --fractions 0.4 --no-references --out {tmp_path / "unused"} "$@"', "study"]
-    names, status = check_study_names.named_runs(command)
-    assert status == 0 and len(names) == 2 and not (tmp_path / "unused").exists()
+    made, status = check_study_names.named_runs(command)
+    names = sorted(name for name in made if name.startswith("gpt-"))
+    assert status == 0 and len(names) == 2 and len(made) == 4 and not (tmp_path / "unused").exists()
     for name in names:                                           # a results folder holding those runs
         (tmp_path / "results" / name).mkdir(parents=True)
         (tmp_path / "results" / name / "config.json").write_text("{}")
     assert check_study_names.main([str(tmp_path / "results"), "--", *command]) == 0
-    assert "2 of 2 archived runs named" in capsys.readouterr().out
+    assert "2 of 2 archived runs made" in capsys.readouterr().out
     assert check_study_names.main([str(tmp_path / "results"), "--", *command, "--set", "cohort_cut=tree"]) == 1
     out = capsys.readouterr().out
-    assert "1 of 2 archived runs named" in out                  # FedAvg's run does not read the cut
-    assert "not named: gpt-iid-mal40-fedlns_default-" in out
+    assert "1 of 2 archived runs made" in out                   # FedAvg's run does not read the cut
+    assert "not made: gpt-iid-mal40-fedlns_default-" in out
+    # a run of the command's under another name (an earlier naming scheme's) counts by its stored config
+    _sweep(tmp_path / "runs", methods="fedavg")
+    (run,) = (tmp_path / "runs").glob("gpt-*")
+    run.rename(tmp_path / "runs" / "gpt-iid-mal40-fedavg-act30-seed100-0123abcd")
+    study = ["bash", "-c", '"$FEDLNS_SIM" sweep --preset smoke --data synthetic --families gpt --methods fedavg '
+             "--seeds 100 --set rounds=3 --set num_clients=10 --set activation_coverage=0.3 --no-references "
+             f"--out {tmp_path / 'unused'} \"$@\"", "study"]
+    assert check_study_names.main([str(tmp_path / "runs"), "--", *study]) == 0
+    assert check_study_names.main([str(tmp_path / "runs"), "--", *study, "--seeds", "200"]) == 1
     assert check_study_names.main([str(tmp_path / "results")]) == 2
 
 

@@ -172,12 +172,39 @@ def keep_records_until(run_dir: Path, last_round: int) -> list[dict]:
 # ------------------------------------------------------------------------------------------ config and state
 
 
+def stored_config(values: dict) -> dict:
+    """A stored run's config with every setting: one it predates takes its value then (LEGACY), else its default."""
+    return {**Config().to_dict(), **LEGACY, **values}
+
+
+def experiment_key(config_dict: dict) -> str:
+    """The experiment of a config dict (a stored one completed by :func:`stored_config`) as one string: equal for two
+    configs exactly when they describe the same run, whatever their folders' names."""
+    return json.dumps(experiment_fields(stored_config(config_dict)), sort_keys=True)
+
+
+def finished_experiments(out: Path) -> set[str]:
+    """The experiments (:func:`experiment_key`) of the finished runs in ``out``, by their stored configs.
+
+    A sweep skips a run whose folder is finished; this also finds the same run under another name, e.g. one made
+    when run names hashed every setting of the experiment (before LEGACY), so that such runs are not made again.
+    """
+    found = set()
+    for run_dir in sorted(Path(out).iterdir()) if Path(out).is_dir() else ():
+        meta = read_meta(run_dir) if run_dir.is_dir() else None
+        if meta is not None:
+            config_dict = stored_config(meta["config"])
+            if is_finished(run_dir, int(config_dict["rounds"])):
+                found.add(experiment_key(config_dict))
+    return found
+
+
 def check_same_run(run_dir: Path, config_dict: dict, data_source: str | None = None) -> None:
     """Raise if ``run_dir`` holds a run of another config (or, given ``data_source``, of other data)."""
     stored = read_meta(run_dir)
     if stored is None:
         return
-    previous = {**Config().to_dict(), **LEGACY, **stored["config"]}  # a setting added since: its value then
+    previous = stored_config(stored["config"])
     if experiment_fields(previous) != experiment_fields(config_dict):
         changed = sorted(k for k in experiment_fields(config_dict) if previous.get(k) != config_dict.get(k))
         raise RuntimeError(

@@ -116,6 +116,9 @@ def sweep(
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     todo = [c for c in configs if not runfiles.is_finished(out / c.run_name(), c.rounds)]
+    if todo:  # the same run finished under another name (one an earlier naming scheme gave it) counts too
+        made = runfiles.finished_experiments(out)
+        todo = [c for c in todo if runfiles.experiment_key(c.to_dict()) not in made]
     summary["skipped"] = len(configs) - len(todo)
     bar = tqdm(total=len(todo), desc="sweep", disable=not progress)
 
