@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedlns_sim.runfiles import experiment_key
+from fedlns_sim.runfiles import experiment_key, stored_config
 from fedlns_sim.runstore import stored_runs
 
 STAND_IN = """#!{python}
@@ -61,7 +61,7 @@ def named_runs(command: list[str]) -> tuple[set[str], int]:
 def _experiment(files: dict[str, bytes]) -> str | None:
     """An archived run's experiment, None where its ``config.json`` holds no config."""
     config = json.loads(files["config.json"]).get("config") if "config.json" in files else None
-    return experiment_key(config) if config else None
+    return experiment_key(stored_config(config)) if config else None
 
 
 def main(argv: list[str]) -> int:

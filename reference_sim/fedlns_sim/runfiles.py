@@ -13,6 +13,7 @@ Every write is atomic (temporary file, fsync, rename), so a kill at any moment l
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -172,15 +173,21 @@ def keep_records_until(run_dir: Path, last_round: int) -> list[dict]:
 # ------------------------------------------------------------------------------------------ config and state
 
 
+@functools.cache
+def _filled_defaults() -> dict:
+    """Every setting at the value a stored config that predates it ran with: LEGACY's, else the default."""
+    return {**Config().to_dict(), **LEGACY}
+
+
 def stored_config(values: dict) -> dict:
     """A stored run's config with every setting: one it predates takes its value then (LEGACY), else its default."""
-    return {**Config().to_dict(), **LEGACY, **values}
+    return {**_filled_defaults(), **values}
 
 
 def experiment_key(config_dict: dict) -> str:
-    """The experiment of a config dict (a stored one completed by :func:`stored_config`) as one string: equal for two
-    configs exactly when they describe the same run, whatever their folders' names."""
-    return json.dumps(experiment_fields(stored_config(config_dict)), sort_keys=True)
+    """The experiment of a complete config dict (a stored one through :func:`stored_config` first) as one string:
+    equal for two configs exactly when they describe the same run, whatever their folders' names."""
+    return json.dumps(experiment_fields(config_dict), sort_keys=True)
 
 
 def finished_experiments(out: Path) -> set[str]:
@@ -190,12 +197,11 @@ def finished_experiments(out: Path) -> set[str]:
     when run names hashed every setting of the experiment (before LEGACY), so that such runs are not made again.
     """
     found = set()
-    for run_dir in sorted(Path(out).iterdir()) if Path(out).is_dir() else ():
+    for run_dir in Path(out).iterdir() if Path(out).is_dir() else ():
         meta = read_meta(run_dir) if run_dir.is_dir() else None
-        if meta is not None:
-            config_dict = stored_config(meta["config"])
-            if is_finished(run_dir, int(config_dict["rounds"])):
-                found.add(experiment_key(config_dict))
+        config_dict = stored_config(meta["config"]) if meta is not None else None
+        if config_dict is not None and is_finished(run_dir, int(config_dict["rounds"])):
+            found.add(experiment_key(config_dict))
     return found
 
 
