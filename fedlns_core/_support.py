@@ -256,6 +256,7 @@ class SupportOutcome:
     support: np.ndarray  # (N,) mean cosine to the majority group (nan without one)
     groups: PopulationGroups | None
     loud_threshold: float | None  # None where the bank's scores have no spread
+    loud: np.ndarray  # (N,) bool: rejected by the loud test (and by nothing before it)
 
 
 def support_rule(
@@ -317,9 +318,10 @@ def support_rule(
                         f"entries, whose own is {groups.within:.3g})"
                     )
                     break
+    unmarked = np.array([not reason for reason in reasons], dtype=bool)
     loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons, change)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    return SupportOutcome(retained, tuple(reasons), support, groups, loud_threshold)
+    return SupportOutcome(retained, tuple(reasons), support, groups, loud_threshold, unmarked & ~retained)
 
 
 def loud_reasons(

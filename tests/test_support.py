@@ -5,7 +5,15 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fedlns_core import FedLNS
-from fedlns_core._support import _CHUNK, _sign_bits, clip_scales, population_groups, sketch_updates, update_sketch
+from fedlns_core._support import (
+    _CHUNK,
+    _sign_bits,
+    clip_scales,
+    population_groups,
+    sketch_updates,
+    support_rule,
+    update_sketch,
+)
 
 P = 1500
 GLOBAL = {"h.0.ln_1.weight": np.ones(16), "h.0.mlp.weight": np.zeros(P)}
@@ -144,6 +152,22 @@ def test_loud_normalization_change_is_rejected_with_its_reason():
     assert result.active
     assert "loud normalization change" in result.rejected[3]
     assert set(result.retained) == set(range(10)) - {3}
+
+
+@pytest.mark.parametrize("change", ["normalization change", "LoRA change"])
+def test_the_outcome_marks_the_loud_clients_whatever_the_wording(change):
+    rng = np.random.default_rng(0)
+    a, b = np.eye(8)[:2]  # six updates one way, two another: the two are a separated group
+    sketches = np.vstack([np.tile(a, (6, 1)), np.tile(b, (2, 1))]) + 0.05 * rng.standard_normal((8, 8))
+    bank_scores = np.array([1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.0, 1.1])
+    scores = np.array([1.0, 1.1, 9.0, 0.9, 1.0, 1.05, 1.0, 9.0])  # 2 and 7 loud; 7 is rejected as separated first
+    outcome = support_rule(
+        scores, sketches, sketches, np.arange(8), np.ones(8), bank_scores,
+        recent=8, max_groups=2, separation=2.0, loud_separation=3.0, change=change,
+    )
+    assert outcome.retained.tolist() == [True, True, False, True, True, True, False, False]
+    assert outcome.loud.tolist() == [False, False, True, False, False, False, False, False]
+    assert outcome.reasons[2].startswith(f"loud {change}") and outcome.reasons[7].startswith("in a group separated")
 
 
 def test_clip_scales():

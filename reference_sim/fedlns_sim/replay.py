@@ -335,8 +335,7 @@ def _round_first(outcome, sketches, window_sketches, window_stamps, stamp, thres
     within = (cosines[np.ix_(worse, worse)].sum() - size) / (size * (size - 1))
     if not cosines[np.ix_(worse, ~worse)].mean() < threshold * within:
         return outcome.retained
-    loud = np.array([reason.startswith("loud normalization change") for reason in outcome.reasons])
-    return ~worse & ~loud
+    return ~worse & ~outcome.loud
 
 
 def summarize(decisions: list[dict]) -> dict:
