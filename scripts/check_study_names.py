@@ -45,7 +45,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def named_runs(command: list[str]) -> tuple[set[str], int]:
+def named_runs(command: list[str]) -> tuple[set[str], set[str], int]:
     """The runs ``command``'s sweeps would make, by name and by experiment (:func:`experiment_key`), and its exit
     status."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -55,7 +55,8 @@ def named_runs(command: list[str]) -> tuple[set[str], int]:
         names.touch()
         environment = {**os.environ, "FEDLNS_SIM": str(stand_in), "FEDLNS_NAMES": str(names)}
         status = subprocess.run(command, env=environment, stdout=subprocess.DEVNULL, check=False).returncode
-        return {part for line in names.read_text().splitlines() for part in line.split("\t")}, status
+        runs = [line.split("\t") for line in names.read_text().splitlines()]
+        return {name for name, _ in runs}, {experiment for _, experiment in runs}, status
 
 
 def _experiment(files: dict[str, bytes]) -> str | None:
@@ -70,8 +71,8 @@ def main(argv: list[str]) -> int:
         return 2
     split = argv.index("--")
     archived = {name: _experiment(files) for folder in argv[:split] for name, files in stored_runs(folder)}
-    made, status = named_runs(argv[split + 1 :])
-    missing = sorted(name for name, experiment in archived.items() if name not in made and experiment not in made)
+    names, experiments, status = named_runs(argv[split + 1 :])
+    missing = sorted(name for name, key in archived.items() if name not in names and key not in experiments)
     note = "" if status == 0 else f" (the command stopped with status {status}: the runs up to there)"
     print(f"{len(archived) - len(missing)} of {len(archived)} archived runs made by the command{note}")
     for name in missing[:20]:

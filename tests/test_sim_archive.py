@@ -218,9 +218,9 @@ def test_check_study_names_finds_the_archived_runs_a_command_no_longer_makes(tmp
 
     command = ["bash", "-c", '"$FEDLNS_SIM" sweep --preset smoke --families gpt --methods fedavg,fedlns_default '
                f'--seeds 100 --fractions 0.4 --no-references --out {tmp_path / "unused"} "$@"', "study"]
-    made, status = check_study_names.named_runs(command)
-    names = sorted(name for name in made if name.startswith("gpt-"))
-    assert status == 0 and len(names) == 2 and len(made) == 4 and not (tmp_path / "unused").exists()
+    names, experiments, status = check_study_names.named_runs(command)
+    assert status == 0 and len(names) == len(experiments) == 2 and not (tmp_path / "unused").exists()
+    assert all(name.startswith("gpt-iid-mal40-") for name in names)
     for name in names:                                           # a results folder holding those runs
         (tmp_path / "results" / name).mkdir(parents=True)
         (tmp_path / "results" / name / "config.json").write_text("{}")
