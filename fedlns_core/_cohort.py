@@ -776,7 +776,7 @@ def cohort_rule(
             support[i] = float(cosines[i, others].mean())
     loud_threshold = None
     if decide:
-        loud_threshold = loud_reasons(scores, recent_scores, loud_separation, reasons, change)
+        loud_threshold, _ = loud_reasons(scores, recent_scores, loud_separation, reasons, change)
     retained = np.array([not reason for reason in reasons], dtype=bool)
     # an open round nothing above decided goes to the support rule, or with open_round_rule="keep" is kept whole
     fallback = undecided == "support" or (undecided == "hold_contested" and open_round_rule == "support")

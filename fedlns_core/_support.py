@@ -318,10 +318,9 @@ def support_rule(
                         f"entries, whose own is {groups.within:.3g})"
                     )
                     break
-    unmarked = np.array([not reason for reason in reasons], dtype=bool)
-    loud_threshold = loud_reasons(scores, bank_scores[rows], loud_separation, reasons, change)
+    loud_threshold, loud = loud_reasons(scores, bank_scores[rows], loud_separation, reasons, change)
     retained = np.array([not reason for reason in reasons], dtype=bool)
-    return SupportOutcome(retained, tuple(reasons), support, groups, loud_threshold, unmarked & ~retained)
+    return SupportOutcome(retained, tuple(reasons), support, groups, loud_threshold, loud)
 
 
 def loud_reasons(
@@ -330,22 +329,25 @@ def loud_reasons(
     loud_separation: float,
     reasons: list,
     change: str = "normalization change",
-) -> float | None:
+) -> tuple[float | None, np.ndarray]:
     """Mark (in ``reasons``, where still empty, as a loud ``change``) the scores more than ``loud_separation`` robust
     widths (1.4826 MAD) above the median of the ``reference`` scores; return that threshold (None where they have no
-    spread)."""
+    spread) and which clients were so marked ((N,) bool)."""
     reference = reference[np.isfinite(reference)]
     centre = float(np.median(reference)) if reference.size else 0.0
     spread = 1.4826 * float(np.median(np.abs(reference - centre))) if reference.size else 0.0
     threshold = centre + loud_separation * spread if spread > 0 else None
+    marked = np.zeros(len(reasons), dtype=bool)
     if threshold is not None:
         for i in np.flatnonzero(scores > threshold).tolist():
-            reasons[i] = reasons[i] or (
-                f"loud {change} (delta {scores[i]:.3g} above "
-                f"{threshold:.3g}: {loud_separation:g} robust widths over "
-                f"the bank's median {centre:.3g})"
-            )
-    return threshold
+            if not reasons[i]:
+                reasons[i] = (
+                    f"loud {change} (delta {scores[i]:.3g} above "
+                    f"{threshold:.3g}: {loud_separation:g} robust widths over "
+                    f"the bank's median {centre:.3g})"
+                )
+                marked[i] = True
+    return threshold, marked
 
 
 def clip_scales(norms: Mapping, retained: Sequence, quantile: float = 0.5) -> dict:
