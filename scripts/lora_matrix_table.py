@@ -4,7 +4,8 @@ Reads the runs of ``scripts/results_lora_matrix.sh`` (runs folders, or results f
 prints, per family, partition, fraction and attack, the mean over the seeds given of every method's best-checkpoint
 and last-10 perplexity (with the seeds' standard deviation), ``FedLNS()``'s TPR / FPR (summed over the seeds'
 decided rounds) and recovery ``(FedAvg - FedLNS) / (FedAvg - oracle)`` (of the seed means), with clean FedAvg and
-the oracle beside them; a cell is shown when FedAvg and ``FedLNS()`` have every seed in it. Then the plan's targets,
+the oracle beside them; a cell is shown when FedAvg and ``FedLNS()`` have every seed in it, marked † where the runs of
+one seed come from more than one machine (a footnote says which method's runs came from which). Then the plan's targets,
 each met or missed with its numbers, over the cells present:
 
 * at 40%, under the scenario's attack (``target_corruption``), on each family and partition: recovery >= 0.9 at the
@@ -48,6 +49,7 @@ NAMES = {
 }
 ATTACKS = ("target_corruption", "backdoor", "ipm", "alie", "lora_quiet", "lora_band")
 SCENARIO = "target_corruption"
+MIXED = "†"  # marks a row whose runs come from more than one machine
 
 
 def gather(sources: list[str], seeds: tuple[int, ...]) -> dict:
@@ -120,6 +122,7 @@ def main(argv: list[str]) -> int:
     )
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(methods))
     checks = defaultdict(list)  # target -> [(cell text, met)]
+    mixed = []  # rows whose runs come from more than one machine: (cell text, {method: its runs' machines})
     ranks = []  # per cell with every defence: (cell text, [the defences lower than FedLNS() at best, at last 10])
     for family, partition, fraction in settings:
         clean = cells.get((family, partition, 0.0, "-", "clean"))
@@ -131,6 +134,13 @@ def main(argv: list[str]) -> int:
             if not (complete(ours) and complete(fedavg)):
                 continue
             oracle = cells.get((family, partition, fraction, attack, "oracle"))
+            defences = {m: cells.get((family, partition, fraction, attack, m)) for m in methods}
+            row = {"clean": clean, "oracle": oracle, "fedavg": fedavg, OURS: ours, **defences}
+            cell = f"{family} {partition} {fraction:.0%} {attack}"
+            made_on = {m: sorted({run["machine"] for run in runs.values()}) for m, runs in row.items() if runs}
+            per_seed = [{runs[s]["machine"] for runs in row.values() if runs and s in runs} for s in seeds]
+            if any(len(machines) > 1 for machines in per_seed):  # one seed's runs compared across machines
+                mixed.append((cell, made_on))
             text = lambda runs: summary(runs) if complete(runs) else "-"  # noqa: E731
             tpr, fpr = rates(ours)
             recovery = []
@@ -139,12 +149,11 @@ def main(argv: list[str]) -> int:
                 recovery.append((mean(fedavg, key) - mean(ours, key)) / gap if gap else math.nan)
             others = [text(cells.get((family, partition, fraction, attack, m))) for m in methods]
             print(
-                f"| {family} | {partition} | {fraction:.0%} | {attack} | {text(clean)} | {text(oracle)} | "
+                f"| {family} | {partition} | {fraction:.0%} | {attack}{MIXED if mixed and mixed[-1][0] == cell else ''} "
+                f"| {text(clean)} | {text(oracle)} | "
                 f"{text(fedavg)} | **{text(ours)}** | {tpr:.2f} / {fpr:.2f} | {recovery[0]:.2f} / "
                 f"{recovery[1]:.2f} |" + "".join(f" {other} |" for other in others)
             )
-            cell = f"{family} {partition} {fraction:.0%} {attack}"
-            defences = {m: cells.get((family, partition, fraction, attack, m)) for m in methods}
             if len(methods) == len(BASELINES) - 1 and all(complete(runs) for runs in defences.values()):
                 ranks.append((cell, [lower(defences, ours, key) for key in ("perplexity", "last10_perplexity")]))
             if fraction == 0.4 and attack == SCENARIO:
@@ -162,6 +171,8 @@ def main(argv: list[str]) -> int:
     for name, rounds in sorted(locked.items()):
         checks["no attackers-only round after activation"].append((f"{name}: {rounds or 'none'}", not rounds))
 
+    if mixed:
+        print_mixed(mixed)
     print("\n## Targets\n")
     print_checks(checks)
     if ranks:
@@ -175,6 +186,24 @@ def main(argv: list[str]) -> int:
                 + (f"; another defence lower in {'; '.join(beaten)}" if beaten else "")
             )
     return 0
+
+
+def print_mixed(mixed: list[tuple[str, dict[str, list[str]]]]) -> None:
+    """The footnote of the rows marked ``MIXED``: which machine made which method's runs. Processors round
+    differently (their kernels), so a row made on two compares machines as well as methods."""
+    letters: dict[str, str] = {}
+    for _, made_on in mixed:
+        for machines in made_on.values():
+            for machine in machines:
+                letters.setdefault(machine, chr(ord("A") + len(letters)))
+    print(
+        f"\n{MIXED} At one seed or more the row's runs come from more than one machine (runs made before the "
+        "processor's extensions were recorded count as another), so its comparisons may differ by machine as well as "
+        "by method; per method, the machines of its runs:"
+    )
+    for cell, made_on in mixed:
+        print(f"- {cell}: " + ", ".join(f"{NAMES[m]} {'+'.join(letters[x] for x in xs)}" for m, xs in made_on.items()))
+    print("\n" + "; ".join(f"{letter}: {machine}" for machine, letter in letters.items()) + ".")
 
 
 def checklist() -> tuple[dict[str, list[tuple[str, bool]]], Callable[[str, str, bool], None]]:
