@@ -137,9 +137,10 @@ def main(argv: list[str]) -> int:
             defences = {m: cells.get((family, partition, fraction, attack, m)) for m in methods}
             row = {"clean": clean, "oracle": oracle, "fedavg": fedavg, OURS: ours, **defences}
             cell = f"{family} {partition} {fraction:.0%} {attack}"
-            made_on = {m: sorted({run["machine"] for run in runs.values()}) for m, runs in row.items() if runs}
             per_seed = [{runs[s]["machine"] for runs in row.values() if runs and s in runs} for s in seeds]
-            if any(len(machines) > 1 for machines in per_seed):  # one seed's runs compared across machines
+            is_mixed = any(len(machines) > 1 for machines in per_seed)  # one seed's runs compared across machines
+            if is_mixed:
+                made_on = {m: sorted({r["machine"] for r in runs.values()}) for m, runs in row.items() if runs}
                 mixed.append((cell, made_on))
             text = lambda runs: summary(runs) if complete(runs) else "-"  # noqa: E731
             tpr, fpr = rates(ours)
@@ -147,9 +148,9 @@ def main(argv: list[str]) -> int:
             for key in ("perplexity", "last10_perplexity"):
                 gap = mean(fedavg, key) - mean(oracle, key) if complete(oracle) else math.nan
                 recovery.append((mean(fedavg, key) - mean(ours, key)) / gap if gap else math.nan)
-            others = [text(cells.get((family, partition, fraction, attack, m))) for m in methods]
+            others = [text(defences[m]) for m in methods]
             print(
-                f"| {family} | {partition} | {fraction:.0%} | {attack}{MIXED if mixed and mixed[-1][0] == cell else ''} "
+                f"| {family} | {partition} | {fraction:.0%} | {attack}{MIXED if is_mixed else ''} "
                 f"| {text(clean)} | {text(oracle)} | "
                 f"{text(fedavg)} | **{text(ours)}** | {tpr:.2f} / {fpr:.2f} | {recovery[0]:.2f} / "
                 f"{recovery[1]:.2f} |" + "".join(f" {other} |" for other in others)
